@@ -1,0 +1,88 @@
+//! The seed's `use_cache=True` vs `use_cache=False` experiment (§2.2, §4.1):
+//! the same request through both paths, the tokens checked equal, the time compared.
+
+use crate::error::Result;
+use crate::generate::{generate, GenerateOptions, Generation, PathKind};
+use crate::model::Model;
+use serde::Serialize;
+
+/// Cumulative and per-step time of both paths at one token index.
+#[derive(Debug, Clone, Serialize)]
+pub struct Checkpoint {
+    /// 1-based index of the generated token.
+    pub token: usize,
+    /// Sequence length the step processed (prompt + tokens before it).
+    pub context: usize,
+    pub naive_step_ms: f64,
+    pub cached_step_ms: f64,
+    pub naive_cumulative_ms: f64,
+    pub cached_cumulative_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// Same generated tokens on both paths.
+    pub identical: bool,
+    /// Same logits, bit for bit, at every step (checked when `check_logits` was asked).
+    pub logits_identical: Option<bool>,
+    /// Naive total time / cached total time.
+    pub speedup: f64,
+    pub checkpoints: Vec<Checkpoint>,
+    pub cached: Generation,
+    pub naive: Generation,
+}
+
+/// Token indices the table shows: 1, 2, 4, 8, 16, 32... and the last.
+pub fn checkpoint_tokens(n: usize) -> Vec<usize> {
+    let mut at: Vec<usize> = std::iter::successors(Some(1usize), |&t| Some(t * 2))
+        .take_while(|&t| t <= n)
+        .collect();
+    if at.last() != Some(&n) && n > 0 {
+        at.push(n);
+    }
+    at
+}
+
+/// Runs `prompt` through the cached path, then the naive path, with the same options.
+pub fn compare(model: &Model, prompt: &[u32], opts: &GenerateOptions) -> Result<Comparison> {
+    let cached = generate(
+        model,
+        prompt,
+        &GenerateOptions {
+            path: PathKind::Cached,
+            ..opts.clone()
+        },
+        |_| {},
+    )?;
+    let naive = generate(
+        model,
+        prompt,
+        &GenerateOptions {
+            path: PathKind::Naive,
+            ..opts.clone()
+        },
+        |_| {},
+    )?;
+    let identical = cached.generated_ids == naive.generated_ids;
+    let n = cached.token_ms.len().min(naive.token_ms.len());
+    let cumulative = |ms: &[f64], t: usize| ms[..t].iter().sum::<f64>();
+    let checkpoints = checkpoint_tokens(n)
+        .into_iter()
+        .map(|t| Checkpoint {
+            token: t,
+            context: prompt.len() + t - 1,
+            naive_step_ms: naive.token_ms[t - 1],
+            cached_step_ms: cached.token_ms[t - 1],
+            naive_cumulative_ms: cumulative(&naive.token_ms, t),
+            cached_cumulative_ms: cumulative(&cached.token_ms, t),
+        })
+        .collect();
+    Ok(Comparison {
+        identical,
+        logits_identical: None,
+        speedup: naive.total_ms / cached.total_ms,
+        checkpoints,
+        cached,
+        naive,
+    })
+}

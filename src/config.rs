@@ -1,0 +1,175 @@
+//! The model's shape, read from a Hugging Face `config.json`.
+//!
+//! Every size in the forward pass comes from here: how many layers, how many
+//! query heads (`n_heads`) and how many key/value heads (`n_kv_heads`, fewer
+//! than `n_heads` under grouped-query attention), the head size, the context.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The subset of a Llama-family `config.json` that the forward pass needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// Width of the residual stream (`dim` in llama2.c).
+    pub hidden_size: usize,
+    /// Width of the SwiGLU MLP's hidden layer.
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads: equal to the query heads for MHA, fewer for GQA, 1 for MQA.
+    /// Missing in older configs, which then mean MHA.
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Explicit head size; when absent it is `hidden_size / num_attention_heads`.
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    pub vocab_size: usize,
+    #[serde(default = "default_rms_norm_eps")]
+    pub rms_norm_eps: f64,
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f64,
+    /// The context: the most positions the model was trained for.
+    pub max_position_embeddings: usize,
+    /// True when the LM head reuses the token-embedding matrix.
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// Qwen2-style q/k/v projection biases. Also detected from the weights.
+    #[serde(default)]
+    pub attention_bias: bool,
+    #[serde(default)]
+    pub bos_token_id: Option<u32>,
+    /// One id or a list of ids that end generation.
+    #[serde(default)]
+    pub eos_token_id: Option<EosIds>,
+    /// kvlab implements plain RoPE only; a scaled variant would silently give wrong logits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<serde_json::Value>,
+    #[serde(default = "default_model_type")]
+    pub model_type: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EosIds {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+fn default_rms_norm_eps() -> f64 {
+    1e-6
+}
+fn default_rope_theta() -> f64 {
+    10000.0
+}
+fn default_model_type() -> String {
+    "llama".into()
+}
+
+impl Config {
+    /// Reads and validates `config.json`.
+    pub fn from_file(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let config: Config = serde_json::from_str(&text).map_err(|e| Error::Config {
+            path: path.to_path_buf(),
+            msg: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn n_kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// How many query heads share one KV head (llama2.c's `kv_mul`): 1 for MHA.
+    pub fn kv_mul(&self) -> usize {
+        self.num_attention_heads / self.n_kv_heads()
+    }
+
+    pub fn eos_ids(&self) -> Vec<u32> {
+        match &self.eos_token_id {
+            None => vec![],
+            Some(EosIds::One(id)) => vec![*id],
+            Some(EosIds::Many(ids)) => ids.clone(),
+        }
+    }
+
+    /// Checks the relations between the sizes that the forward pass relies on.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |msg: String| Err(Error::InvalidConfig(msg));
+        let positive = [
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.n_kv_heads()),
+            ("vocab_size", self.vocab_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                return bad(format!("{name} is 0"));
+            }
+        }
+        let (n_heads, n_kv_heads) = (self.num_attention_heads, self.n_kv_heads());
+        if n_heads % n_kv_heads != 0 {
+            return bad(format!(
+                "num_attention_heads ({n_heads}) is not divisible by num_key_value_heads ({n_kv_heads}): \
+                 each KV head must serve the same number of query heads"
+            ));
+        }
+        if self.head_dim.is_none() && self.hidden_size % n_heads != 0 {
+            return bad(format!(
+                "hidden_size ({}) is not divisible by num_attention_heads ({n_heads}) and no head_dim is given",
+                self.hidden_size
+            ));
+        }
+        if self.head_dim() == 0 || self.head_dim() % 2 != 0 {
+            return bad(format!(
+                "head_dim ({}) must be even and positive: RoPE rotates pairs of dimensions",
+                self.head_dim()
+            ));
+        }
+        if !(self.rms_norm_eps > 0.0) || !(self.rope_theta > 0.0) {
+            return bad("rms_norm_eps and rope_theta must be positive".into());
+        }
+        if let Some(scaling) = &self.rope_scaling {
+            if !scaling.is_null() {
+                return bad(format!(
+                    "rope_scaling {scaling} is not supported: kvlab implements plain RoPE only"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The shape of SmolLM2-135M, used by `kvlab demo`, the benches and the GPU check
+    /// when the real weights are not at hand.
+    pub fn smollm2_135m() -> Config {
+        Config {
+            hidden_size: 576,
+            intermediate_size: 1536,
+            num_hidden_layers: 30,
+            num_attention_heads: 9,
+            num_key_value_heads: Some(3),
+            head_dim: None,
+            vocab_size: 49152,
+            rms_norm_eps: 1e-5,
+            rope_theta: 100000.0,
+            max_position_embeddings: 8192,
+            tie_word_embeddings: true,
+            attention_bias: false,
+            bos_token_id: Some(1),
+            eos_token_id: Some(EosIds::One(2)),
+            rope_scaling: None,
+            model_type: "llama".into(),
+        }
+    }
+}

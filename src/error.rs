@@ -1,0 +1,94 @@
+//! Every way kvlab can fail, each with a message that names the problem and what to do.
+//!
+//! Bad input (a missing weight file, a wrong shape, a prompt longer than the
+//! context, a full cache...) must never panic: it becomes one of these variants,
+//! and the CLI prints it and exits non-zero.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+
+    #[error("model folder {0}: not found. Fetch SmolLM2 with `bash scripts/fetch-smollm2.sh`, or point --model at a folder holding config.json, *.safetensors and tokenizer.json")]
+    ModelFolderMissing(PathBuf),
+
+    #[error("{path}: not a valid config.json: {msg}")]
+    Config { path: PathBuf, msg: String },
+
+    #[error("invalid model config: {0}")]
+    InvalidConfig(String),
+
+    #[error("{path}: not a readable safetensors file ({msg}). It may be truncated or still downloading: fetch or convert it again")]
+    Safetensors { path: PathBuf, msg: String },
+
+    #[error("tensor `{name}` is missing from the weights. Is this a Llama-family checkpoint with Hugging Face names (model.layers.N.self_attn.q_proj.weight ...)?")]
+    MissingTensor { name: String },
+
+    #[error("tensor `{name}` has shape {got:?}, but config.json implies {expected:?}: the weights and config.json do not belong together")]
+    TensorShape {
+        name: String,
+        expected: Vec<usize>,
+        got: Vec<usize>,
+    },
+
+    #[error("tensor `{name}` is stored as {dtype}; kvlab reads F32, BF16 and F16 weights (convert the checkpoint first)")]
+    TensorDtype { name: String, dtype: String },
+
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+
+    #[error("the prompt is empty: give at least one token of text")]
+    EmptyPrompt,
+
+    #[error("the prompt has {prompt_len} tokens but the model's context is {max_seq_len}: shorten the prompt")]
+    PromptTooLong {
+        prompt_len: usize,
+        max_seq_len: usize,
+    },
+
+    #[error("prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) = {} exceeds the model's context of {max_seq_len} tokens: lower --max-new-tokens to at most {}", prompt_len + max_new_tokens, max_seq_len.saturating_sub(*prompt_len))]
+    ContextOverflow {
+        prompt_len: usize,
+        max_new_tokens: usize,
+        max_seq_len: usize,
+    },
+
+    #[error("KV cache full: it holds {capacity} positions, and writing {requested} more after {used} would overflow it. Allocate it for prompt + max_new_tokens")]
+    CacheFull {
+        capacity: usize,
+        used: usize,
+        requested: usize,
+    },
+
+    #[error("token id {id} is outside the vocabulary (size {vocab_size})")]
+    TokenOutOfRange { id: u32, vocab_size: usize },
+
+    #[error("{path}: not a GGUF file ({msg})")]
+    Gguf { path: PathBuf, msg: String },
+
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    #[error("CUDA: {0}")]
+    Cuda(String),
+}
+
+impl Error {
+    /// Wraps an I/O error with the path it happened on, so the message says which file.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

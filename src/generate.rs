@@ -1,0 +1,217 @@
+//! One generation loop for both paths, with the timings the seed measures:
+//! TTFT (首token延迟: prefill + first token), each decode step's latency, TPOT
+//! (time per output token), tokens/s, and the KV cache's bytes.
+
+use crate::error::{Error, Result};
+use crate::kv_cache::KvCache;
+use crate::model::{KvSource, Model};
+use crate::sampler::{Sampler, SamplerConfig};
+use serde::Serialize;
+use std::time::Instant;
+
+/// Which forward path generates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PathKind {
+    /// Prefill once into a KV cache, then one token per step.
+    Cached,
+    /// Recompute the whole sequence at every step (`use_cache=False`).
+    Naive,
+}
+
+// ANCHOR: paths
+/// The state a path keeps between steps, behind the two verbs generation needs.
+trait Decoder {
+    /// Processes the prompt; returns the logits for the first new token.
+    fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<Vec<f32>>;
+    /// Feeds the token just produced; returns the logits for the next one.
+    fn step(&mut self, model: &Model, token: u32) -> Result<Vec<f32>>;
+    /// KV cache bytes (reserved, holding live positions).
+    fn kv_bytes(&self) -> (usize, usize);
+}
+
+/// The naive path keeps the token ids, nothing else: every step is a prefill of
+/// the whole sequence. Step `t` costs about as much as a prompt of `t` tokens,
+/// and its attention is O(t²): O(N³) over a generation (the seed's §2.2).
+struct Naive {
+    seq: Vec<u32>,
+}
+
+impl Decoder for Naive {
+    fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<Vec<f32>> {
+        self.seq = prompt.to_vec();
+        model.forward(&self.seq, KvSource::ThisPass)
+    }
+    fn step(&mut self, model: &Model, token: u32) -> Result<Vec<f32>> {
+        self.seq.push(token);
+        model.forward(&self.seq, KvSource::ThisPass)
+    }
+    fn kv_bytes(&self) -> (usize, usize) {
+        (0, 0)
+    }
+}
+
+/// The cached path keeps every layer's K and V: each step runs one token.
+struct Cached {
+    cache: KvCache,
+}
+
+impl Decoder for Cached {
+    fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<Vec<f32>> {
+        model.forward(prompt, KvSource::Cache(&mut self.cache))
+    }
+    fn step(&mut self, model: &Model, token: u32) -> Result<Vec<f32>> {
+        model.forward(&[token], KvSource::Cache(&mut self.cache))
+    }
+    fn kv_bytes(&self) -> (usize, usize) {
+        (self.cache.bytes_allocated(), self.cache.bytes_used())
+    }
+}
+// ANCHOR_END: paths
+
+#[derive(Debug, Clone)]
+pub struct GenerateOptions {
+    pub max_new_tokens: usize,
+    pub path: PathKind,
+    pub sampler: SamplerConfig,
+    /// Token ids that end generation (emitted, then stop).
+    pub eos_ids: Vec<u32>,
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    Eos,
+    MaxNewTokens,
+}
+
+/// What a generation produced and how long each part took.
+#[derive(Debug, Clone, Serialize)]
+pub struct Generation {
+    pub path: PathKind,
+    pub prompt_ids: Vec<u32>,
+    pub generated_ids: Vec<u32>,
+    /// Filled in by the caller, who holds the tokenizer.
+    pub text: String,
+    pub stop_reason: StopReason,
+    /// Prefill plus sampling the first token.
+    pub ttft_ms: f64,
+    /// Latency of every token: `[ttft, step 2, step 3, ...]`.
+    pub token_ms: Vec<f64>,
+    /// Mean latency of the decode steps (tokens after the first).
+    pub tpot_ms: f64,
+    pub total_ms: f64,
+    pub prefill_tok_s: f64,
+    pub decode_tok_s: f64,
+    /// KV cache bytes reserved (0 for the naive path: it keeps nothing between steps).
+    pub kv_cache_bytes: usize,
+    /// KV cache bytes holding live positions at the end.
+    pub kv_cache_bytes_used: usize,
+}
+
+/// Checks a request against the model's context before any work is done.
+pub fn check_request(model: &Model, prompt: &[u32], max_new_tokens: usize) -> Result<()> {
+    let max_seq_len = model.config.max_position_embeddings;
+    if prompt.is_empty() {
+        return Err(Error::EmptyPrompt);
+    }
+    if prompt.len() > max_seq_len {
+        return Err(Error::PromptTooLong {
+            prompt_len: prompt.len(),
+            max_seq_len,
+        });
+    }
+    if prompt.len() + max_new_tokens > max_seq_len {
+        return Err(Error::ContextOverflow {
+            prompt_len: prompt.len(),
+            max_new_tokens,
+            max_seq_len,
+        });
+    }
+    if max_new_tokens == 0 {
+        return Err(Error::InvalidArgument(
+            "max_new_tokens must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+// ANCHOR: generate
+/// Generates up to `max_new_tokens` after `prompt`, calling `on_token` with each
+/// token as soon as it is chosen (for streaming).
+pub fn generate(
+    model: &Model,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    mut on_token: impl FnMut(u32),
+) -> Result<Generation> {
+    check_request(model, prompt, opts.max_new_tokens)?;
+    opts.sampler.validate()?;
+    let mut decoder: Box<dyn Decoder> = match opts.path {
+        PathKind::Naive => Box::new(Naive { seq: Vec::new() }),
+        // Reserve the whole request up front (the seed's §3.3).
+        PathKind::Cached => Box::new(Cached {
+            cache: KvCache::new(&model.config, prompt.len() + opts.max_new_tokens),
+        }),
+    };
+    let mut sampler = Sampler::new(opts.sampler);
+    let mut generated = Vec::with_capacity(opts.max_new_tokens);
+    let mut token_ms = Vec::with_capacity(opts.max_new_tokens);
+
+    // Prefill: the whole prompt in one pass. Its end is the first token: TTFT.
+    let start = Instant::now();
+    let logits = decoder.prefill(model, prompt)?;
+    let mut token = sampler.sample(&logits);
+    token_ms.push(start.elapsed().as_secs_f64() * 1e3);
+    generated.push(token);
+    on_token(token);
+
+    // Decode: one token per step, each fed back in.
+    let mut stop_reason = StopReason::MaxNewTokens;
+    loop {
+        if opts.eos_ids.contains(&token) {
+            stop_reason = StopReason::Eos;
+            break;
+        }
+        if generated.len() == opts.max_new_tokens {
+            break;
+        }
+        let step_start = Instant::now();
+        let logits = decoder.step(model, token)?;
+        token = sampler.sample(&logits);
+        token_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
+        generated.push(token);
+        on_token(token);
+    }
+    let total_ms = start.elapsed().as_secs_f64() * 1e3;
+    // ANCHOR_END: generate
+
+    let ttft_ms = token_ms[0];
+    let decode_ms: f64 = token_ms[1..].iter().sum();
+    let n_decode = token_ms.len() - 1;
+    let (kv_cache_bytes, kv_cache_bytes_used) = decoder.kv_bytes();
+    Ok(Generation {
+        path: opts.path,
+        prompt_ids: prompt.to_vec(),
+        generated_ids: generated,
+        text: String::new(),
+        stop_reason,
+        ttft_ms,
+        tpot_ms: if n_decode > 0 {
+            decode_ms / n_decode as f64
+        } else {
+            0.0
+        },
+        total_ms,
+        prefill_tok_s: prompt.len() as f64 / (ttft_ms / 1e3),
+        decode_tok_s: if n_decode > 0 {
+            n_decode as f64 / (decode_ms / 1e3)
+        } else {
+            0.0
+        },
+        token_ms,
+        kv_cache_bytes,
+        kv_cache_bytes_used,
+    })
+}

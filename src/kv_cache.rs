@@ -1,0 +1,113 @@
+//! The KV cache: every layer's keys and values for every position seen so far.
+//!
+//! During prefill (预填充) the model computes K and V for the whole prompt and
+//! writes them here; each decode step (解码) appends one position per layer and
+//! attends over everything stored. The cache only grows.
+//!
+//! Layout (llama2.c's `key_cache`): `[n_layers, capacity, n_kv_heads, head_dim]`,
+//! contiguous, allocated once for `prompt + max_new_tokens` positions. It stores
+//! `n_kv_heads` heads — under GQA fewer than the query heads, which is the
+//! whole point of GQA (Ainslie et al. 2023): the cache shrinks by `n_heads / n_kv_heads`.
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+// ANCHOR: kv_cache
+/// A preallocated, contiguous KV cache for one sequence, in f32.
+pub struct KvCache {
+    /// `[n_layers, capacity, n_kv_heads, head_dim]`
+    k_cache: Vec<f32>,
+    /// `[n_layers, capacity, n_kv_heads, head_dim]`
+    v_cache: Vec<f32>,
+    n_layers: usize,
+    /// Positions reserved per layer (prompt + max_new_tokens).
+    capacity: usize,
+    /// `n_kv_heads * head_dim`: the width of one position's K (or V) in one layer.
+    kv_dim: usize,
+    /// Positions filled so far (the same in every layer between forward passes).
+    len: usize,
+}
+// ANCHOR_END: kv_cache
+
+impl KvCache {
+    /// Reserves room for `capacity` positions of every layer, up front (the seed's §3.3:
+    /// engines preallocate for `max_new_tokens` before decoding starts).
+    pub fn new(config: &Config, capacity: usize) -> KvCache {
+        let kv_dim = config.n_kv_heads() * config.head_dim();
+        let n_layers = config.num_hidden_layers;
+        KvCache {
+            k_cache: vec![0.0; n_layers * capacity * kv_dim],
+            v_cache: vec![0.0; n_layers * capacity * kv_dim],
+            n_layers,
+            capacity,
+            kv_dim,
+            len: 0,
+        }
+    }
+
+    /// Positions stored.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Checks that `n` more positions fit, before any layer writes anything,
+    /// so a failed forward pass leaves the cache as it was.
+    pub fn reserve(&self, n: usize) -> Result<()> {
+        if self.len + n > self.capacity {
+            return Err(Error::CacheFull {
+                capacity: self.capacity,
+                used: self.len,
+                requested: n,
+            });
+        }
+        Ok(())
+    }
+
+    // ANCHOR: append
+    /// Writes layer `layer`'s K and V for the `n` new positions `len..len + n`.
+    /// `k` and `v` are `[n, n_kv_heads * head_dim]`.
+    pub fn write(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        let n = k.len() / self.kv_dim;
+        self.reserve(n)?;
+        let start = (layer * self.capacity + self.len) * self.kv_dim;
+        self.k_cache[start..start + k.len()].copy_from_slice(k);
+        self.v_cache[start..start + v.len()].copy_from_slice(v);
+        Ok(())
+    }
+
+    /// Layer `layer`'s keys and values for positions `0..end`, each `[end, n_kv_heads * head_dim]`.
+    pub fn read(&self, layer: usize, end: usize) -> (&[f32], &[f32]) {
+        let start = layer * self.capacity * self.kv_dim;
+        let stop = start + end * self.kv_dim;
+        (&self.k_cache[start..stop], &self.v_cache[start..stop])
+    }
+
+    /// Marks `n` new positions as filled, once every layer has written them.
+    pub fn advance(&mut self, n: usize) {
+        self.len += n;
+    }
+    // ANCHOR_END: append
+
+    /// Forgets every position (the memory stays reserved), e.g. to serve a new request.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Bytes reserved: what `kvlab kv-size` predicts for this shape in f32.
+    pub fn bytes_allocated(&self) -> usize {
+        (self.k_cache.len() + self.v_cache.len()) * std::mem::size_of::<f32>()
+    }
+
+    /// Bytes holding live positions.
+    pub fn bytes_used(&self) -> usize {
+        2 * self.n_layers * self.len * self.kv_dim * std::mem::size_of::<f32>()
+    }
+}

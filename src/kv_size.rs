@@ -1,0 +1,52 @@
+//! How much memory the KV cache needs (the seed's §3.1).
+//!
+//! `bytes = 2 (K and V) × layers × kv_heads × head_dim × seq_len × bytes_per_value × batch`
+//!
+//! For a 7B Llama (32 layers, 32 KV heads of 128, bf16) that is 512 KiB per token:
+//! 1 GiB at 2048 tokens, 16 GiB at 32768 — more than the 14 GB of weights.
+//! GQA divides it by `n_heads / n_kv_heads` (SmolLM2: 3x).
+
+use serde::Serialize;
+
+/// The numeric type of the cached values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum KvDtype {
+    F32,
+    Bf16,
+    F16,
+    Int8,
+}
+
+impl KvDtype {
+    pub fn bytes(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::Bf16 | KvDtype::F16 => 2,
+            KvDtype::Int8 => 1,
+        }
+    }
+}
+
+/// The shape that decides the cache's size.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct KvShape {
+    pub layers: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub dtype: KvDtype,
+}
+
+// ANCHOR: kv_size
+impl KvShape {
+    /// Bytes one token adds to the cache: a K and a V vector per layer.
+    pub fn bytes_per_token(&self) -> usize {
+        2 * self.layers * self.kv_heads * self.head_dim * self.dtype.bytes()
+    }
+
+    /// Bytes for `seq_len` tokens of each of `batch` sequences.
+    pub fn bytes(&self, seq_len: usize, batch: usize) -> usize {
+        self.bytes_per_token() * seq_len * batch
+    }
+}
+// ANCHOR_END: kv_size

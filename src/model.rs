@@ -1,0 +1,236 @@
+//! A Llama-family transformer's forward pass, read top to bottom (after llama2.c's `forward`).
+//!
+//! ```text
+//! tokens ─ embed ─┬─ [ RMSNorm ─ Q,K,V ─ RoPE ─ attention ─ O ] ─(+)─┬─ [ RMSNorm ─ SwiGLU MLP ] ─(+)─ ... ─ RMSNorm ─ LM head ─ logits
+//!                 └──────────────── residual ──────────────────────┘└────────── residual ─────────┘
+//! ```
+//!
+//! There is one forward function. The two generation paths differ only in
+//! where attention gets its keys and values from ([`KvSource`]):
+//! - **naive** (`use_cache=False`): every step runs the *whole* sequence again,
+//!   and attention uses the K and V this very pass computed for every position;
+//! - **cached**: each pass runs only the new tokens, appends their K and V to
+//!   the [`KvCache`] and attends over everything the cache holds.
+
+use crate::attention::{causal_attention, Heads};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::kv_cache::KvCache;
+use crate::ops;
+use ndarray::{Array1, Array2};
+
+// ANCHOR: weights
+/// One transformer block's weights. Matrices are `[d_in, d_out]`: PyTorch's
+/// `[d_out, d_in]` transposed at load time, so `y = x · W` reads contiguous rows of `W`.
+pub struct Layer {
+    /// `[dim]`
+    pub attn_norm: Array1<f32>,
+    /// `[dim, n_heads * head_dim]`
+    pub wq: Array2<f32>,
+    /// `[dim, n_kv_heads * head_dim]`
+    pub wk: Array2<f32>,
+    /// `[dim, n_kv_heads * head_dim]`
+    pub wv: Array2<f32>,
+    /// `[n_heads * head_dim, dim]`
+    pub wo: Array2<f32>,
+    /// Optional q/k/v biases (Qwen2): `[n_heads * head_dim]`, `[kv_dim]`, `[kv_dim]`.
+    pub bq: Option<Array1<f32>>,
+    pub bk: Option<Array1<f32>>,
+    pub bv: Option<Array1<f32>>,
+    /// `[dim]`
+    pub mlp_norm: Array1<f32>,
+    /// `[dim, hidden]`
+    pub w_gate: Array2<f32>,
+    /// `[dim, hidden]`
+    pub w_up: Array2<f32>,
+    /// `[hidden, dim]`
+    pub w_down: Array2<f32>,
+}
+
+/// The whole model, in f32.
+pub struct Model {
+    pub config: Config,
+    /// `[vocab, dim]`
+    pub embed: Array2<f32>,
+    pub layers: Vec<Layer>,
+    /// `[dim]`
+    pub final_norm: Array1<f32>,
+    /// `[dim, vocab]`. When the checkpoint ties it to the embedding (SmolLM2
+    /// does), this is a transposed copy of `embed`: the embedding is read one
+    /// row (token) at a time, the LM head as a whole matrix, and each wants its
+    /// own layout. The copy costs `vocab x dim` floats of memory, not of time.
+    pub lm_head: Array2<f32>,
+    /// True when `lm_head` is a copy of `embed` (counted once in `n_params`).
+    pub tied_embeddings: bool,
+}
+// ANCHOR_END: weights
+
+// ANCHOR: kv_source
+/// Where attention reads keys and values from: the one difference between the two paths.
+pub enum KvSource<'a> {
+    /// Naive: no state between steps. The pass covers the whole sequence, so the
+    /// K and V it just computed *are* all the keys and values there are.
+    ThisPass,
+    /// Cached: append this pass's K and V to the cache, then attend over all of it.
+    Cache(&'a mut KvCache),
+}
+// ANCHOR_END: kv_source
+
+/// Reads a standard-layout array as a slice. Every array here is built
+/// contiguous (by the loader or by `Array2::zeros`), so this cannot fail.
+fn s<D: ndarray::Dimension>(a: &ndarray::Array<f32, D>) -> &[f32] {
+    a.as_slice().expect("arrays in kvlab are contiguous")
+}
+
+impl Model {
+    pub fn heads(&self) -> Heads {
+        Heads {
+            n_heads: self.config.num_attention_heads,
+            n_kv_heads: self.config.n_kv_heads(),
+            head_dim: self.config.head_dim(),
+        }
+    }
+
+    // ANCHOR: forward
+    /// Runs `tokens`, which sit at positions `start_pos..start_pos + tokens.len()`,
+    /// through every layer, and returns the logits of the **last** token, `[vocab]`.
+    ///
+    /// With `KvSource::ThisPass`, `start_pos` must be 0 (the pass sees the whole sequence).
+    /// With `KvSource::Cache`, `start_pos` is the cache's length.
+    pub fn forward(&self, tokens: &[u32], mut kv: KvSource) -> Result<Vec<f32>> {
+        let hidden = self.forward_hidden(tokens, &mut kv)?;
+        let dim = self.config.hidden_size;
+        let last = &s(&hidden)[(tokens.len() - 1) * dim..];
+        Ok(self.logits(last))
+    }
+
+    /// The final hidden states of every token, `[n, dim]`, before the final norm.
+    pub fn forward_hidden(&self, tokens: &[u32], kv: &mut KvSource) -> Result<Array2<f32>> {
+        let c = &self.config;
+        let (dim, n) = (c.hidden_size, tokens.len());
+        let heads = self.heads();
+        let (q_dim, kv_dim) = (heads.n_heads * heads.head_dim, heads.n_kv_heads * heads.head_dim);
+        if n == 0 {
+            return Err(Error::EmptyPrompt);
+        }
+        let start_pos = match kv {
+            KvSource::ThisPass => 0,
+            KvSource::Cache(cache) => {
+                cache.reserve(n)?;
+                cache.len()
+            }
+        };
+        if start_pos + n > c.max_position_embeddings {
+            return Err(Error::PromptTooLong {
+                prompt_len: start_pos + n,
+                max_seq_len: c.max_position_embeddings,
+            });
+        }
+
+        // Token embedding: row `token` of the table.        x: [n, dim]
+        let mut x = Array2::<f32>::zeros((n, dim));
+        for (i, &token) in tokens.iter().enumerate() {
+            if token as usize >= c.vocab_size {
+                return Err(Error::TokenOutOfRange {
+                    id: token,
+                    vocab_size: c.vocab_size,
+                });
+            }
+            x.row_mut(i).assign(&self.embed.row(token as usize));
+        }
+
+        // RoPE angles for each token's true position.
+        let rope: Vec<(Vec<f32>, Vec<f32>)> = (start_pos..start_pos + n)
+            .map(|pos| ops::rope_cos_sin(pos, heads.head_dim, c.rope_theta))
+            .collect();
+        let eps = c.rms_norm_eps as f32;
+        let linear = |input: &[f32], w: &Array2<f32>| {
+            let (d_in, d_out) = w.dim();
+            let mut out = vec![0.0f32; input.len() / d_in * d_out];
+            ops::matmul(input, s(w), &mut out, d_in, d_out);
+            out
+        };
+
+        let mut xb = vec![0.0f32; n * dim]; // normalised input of a sub-block, [n, dim]
+        for (l, layer) in self.layers.iter().enumerate() {
+            let x_s = x.as_slice_mut().expect("x is contiguous");
+
+            // ---- attention block ----
+            ops::rmsnorm(x_s, s(&layer.attn_norm), eps, &mut xb);
+            let mut q = linear(&xb, &layer.wq); // [n, n_heads * head_dim]
+            let mut k = linear(&xb, &layer.wk); // [n, n_kv_heads * head_dim]
+            let mut v = linear(&xb, &layer.wv); // [n, n_kv_heads * head_dim]
+            for (bias, t) in [(&layer.bq, &mut q), (&layer.bk, &mut k), (&layer.bv, &mut v)] {
+                if let Some(b) = bias {
+                    ops::add_bias(t, s(b));
+                }
+            }
+            for (i, (cos, sin)) in rope.iter().enumerate() {
+                ops::apply_rope(&mut q[i * q_dim..(i + 1) * q_dim], heads.head_dim, cos, sin);
+                ops::apply_rope(&mut k[i * kv_dim..(i + 1) * kv_dim], heads.head_dim, cos, sin);
+            }
+            // The only line where the two paths differ.
+            let attn = match kv {
+                KvSource::ThisPass => causal_attention(&q, &k, &v, 0, heads),
+                KvSource::Cache(cache) => {
+                    cache.write(l, &k, &v)?;
+                    let (keys, values) = cache.read(l, start_pos + n);
+                    causal_attention(&q, keys, values, start_pos, heads)
+                }
+            };
+            ops::add_inplace(x_s, &linear(&attn, &layer.wo));
+
+            // ---- MLP block ----
+            ops::rmsnorm(x_s, s(&layer.mlp_norm), eps, &mut xb);
+            let mut gate = linear(&xb, &layer.w_gate); // [n, hidden]
+            let up = linear(&xb, &layer.w_up); // [n, hidden]
+            ops::swiglu(&mut gate, &up);
+            ops::add_inplace(x_s, &linear(&gate, &layer.w_down));
+        }
+        if let KvSource::Cache(cache) = kv {
+            cache.advance(n);
+        }
+        Ok(x)
+    }
+    // ANCHOR_END: forward
+
+    /// Final RMSNorm and LM head for one hidden state `[dim]` → logits `[vocab]`.
+    pub fn logits(&self, hidden: &[f32]) -> Vec<f32> {
+        let mut normed = vec![0.0f32; hidden.len()];
+        ops::rmsnorm(hidden, s(&self.final_norm), self.config.rms_norm_eps as f32, &mut normed);
+        let (dim, vocab) = self.lm_head.dim();
+        let mut logits = vec![0.0f32; vocab];
+        ops::matmul(&normed, s(&self.lm_head), &mut logits, dim, vocab);
+        logits
+    }
+
+    /// Parameters, for the bandwidth roofline (weights streamed per decode step).
+    pub fn n_params(&self) -> usize {
+        let layer_params: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                l.attn_norm.len()
+                    + l.wq.len()
+                    + l.wk.len()
+                    + l.wv.len()
+                    + l.wo.len()
+                    + l.bq.as_ref().map_or(0, |b| b.len())
+                    + l.bk.as_ref().map_or(0, |b| b.len())
+                    + l.bv.as_ref().map_or(0, |b| b.len())
+                    + l.mlp_norm.len()
+                    + l.w_gate.len()
+                    + l.w_up.len()
+                    + l.w_down.len()
+            })
+            .sum();
+        self.embed.len()
+            + layer_params
+            + self.final_norm.len()
+            + if self.tied_embeddings {
+                0
+            } else {
+                self.lm_head.len()
+            }
+    }
+}
