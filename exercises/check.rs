@@ -1,0 +1,783 @@
+//! kvlab-exercises: the checker for kvlab's rustlings-style exercises.
+//!
+//! Every exercise is one standalone file, `NN_topic/name.rs`, with its own `#[test]`s, and
+//! its worked solution sits at the same path under `solutions/`. The checker compiles each
+//! file with plain `rustc --edition 2021 --test` and runs the resulting test binary: no
+//! crates and no Cargo project per exercise, so a full run takes seconds on a fresh machine.
+//! The list of exercises, in order, and their hints live in `info.toml`.
+//!
+//! Usage (from the repository root):
+//!
+//! ```text
+//! cargo run --manifest-path exercises/Cargo.toml -- check     # learner: what passes, what is next
+//! cargo run --manifest-path exercises/Cargo.toml -- run 3     # compile + test one exercise, full output
+//! cargo run --manifest-path exercises/Cargo.toml -- hint 3    # exercise 3's hint (no N: the next one's)
+//! cargo run --manifest-path exercises/Cargo.toml -- verify    # CI: every stub fails, every solution passes
+//! ```
+
+use std::env;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A learner's infinite loop must not hang the checker; real exercise tests take milliseconds.
+const TEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How many lines of compiler or test output `check` shows for the next exercise.
+const EXCERPT_LINES: usize = 40;
+const CMD: &str = "cargo run --manifest-path exercises/Cargo.toml --";
+/// A stub's parameters are unused until the learner writes the body; a screen of
+/// "unused variable" warnings would bury the test results, so learner builds allow them.
+/// (`verify` compiles stubs with the default lints and solutions with `-D warnings`.)
+const LEARNER_FLAGS: &[&str] = &["-A", "unused_variables"];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let arg1 = args.get(1).map(String::as_str);
+    let result = match args.first().map(String::as_str) {
+        None | Some("check") => cmd_check(),
+        Some("run") => cmd_run(arg1),
+        Some("hint") => cmd_hint(arg1),
+        Some("verify") => cmd_verify(),
+        Some("help" | "-h" | "--help") => {
+            print_usage();
+            Ok(true)
+        }
+        Some(other) => Err(format!("unknown subcommand `{other}`")),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            eprintln!();
+            print_usage();
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn print_usage() {
+    eprintln!("usage: {CMD} <subcommand>");
+    eprintln!(
+        "  check      compile and test every exercise; show the first unfinished one (default)"
+    );
+    eprintln!("  run N      compile and test exercise N (its number or name) with full output");
+    eprintln!(
+        "  hint [N]   print exercise N's hint; without N, the hint of the first unfinished one"
+    );
+    eprintln!(
+        "  verify     CI mode: every stub must compile and FAIL its tests, every solution PASS,"
+    );
+    eprintln!("             solutions must be rustfmt- and clippy-clean and keep the stub's tests");
+}
+
+// ---------------------------------------------------------------------------------------
+// The exercise list: info.toml
+// ---------------------------------------------------------------------------------------
+
+struct Exercise {
+    /// 1-based position in info.toml; the directory must start with the same `NN_`.
+    number: usize,
+    name: String,
+    /// Relative to `exercises/`, e.g. `01_softmax/softmax.rs`.
+    path: String,
+    hint: String,
+}
+
+impl Exercise {
+    fn stub(&self) -> PathBuf {
+        exercises_dir().join(&self.path)
+    }
+    fn solution(&self) -> PathBuf {
+        exercises_dir().join("solutions").join(&self.path)
+    }
+    fn label(&self) -> String {
+        format!("{:02} {}", self.number, self.name)
+    }
+}
+
+/// The directory holding this crate, so the checker works from any cwd. `cargo run` sets
+/// CARGO_MANIFEST_DIR at run time too; the compile-time value covers running the binary
+/// directly.
+fn exercises_dir() -> PathBuf {
+    env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
+/// Build products go under `exercises/target/` (git-ignored), next to Cargo's own.
+fn build_dir(kind: &str, ex: &Exercise) -> PathBuf {
+    let dir = Path::new(&ex.path).parent().unwrap_or(Path::new(""));
+    exercises_dir()
+        .join("target")
+        .join("exercises")
+        .join(kind)
+        .join(dir)
+}
+
+fn load_exercises() -> Result<Vec<Exercise>, String> {
+    let path = exercises_dir().join("info.toml");
+    let text =
+        fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    parse_info(&text)
+}
+
+/// Parses the small subset of TOML that info.toml uses: `# comments`, `[[exercises]]`
+/// tables, and `key = "string"` or `key = """multi-line string"""` for the keys `name`,
+/// `path` and `hint`. Hand-written so that the checker needs no crates.
+fn parse_info(text: &str) -> Result<Vec<Exercise>, String> {
+    let mut list: Vec<Exercise> = Vec::new();
+    let mut lines = text.lines().enumerate();
+    while let Some((i, raw)) = lines.next() {
+        let at = |msg: &str| format!("info.toml line {}: {msg}", i + 1);
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line == "[[exercises]]" {
+            list.push(Exercise {
+                number: list.len() + 1,
+                name: String::new(),
+                path: String::new(),
+                hint: String::new(),
+            });
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .ok_or_else(|| at("expected `key = value`"))?;
+        let (key, value) = (key.trim(), value.trim());
+        let value = if let Some(rest) = value.strip_prefix("\"\"\"") {
+            // Multi-line string. As in TOML, a newline right after the opening quotes is dropped.
+            let mut s = String::new();
+            if let Some(end) = rest.find("\"\"\"") {
+                s.push_str(&rest[..end]);
+            } else {
+                if !rest.is_empty() {
+                    s.push_str(rest);
+                    s.push('\n');
+                }
+                loop {
+                    let (_, l) = lines
+                        .next()
+                        .ok_or_else(|| at("unterminated \"\"\" string"))?;
+                    if let Some(end) = l.find("\"\"\"") {
+                        s.push_str(&l[..end]);
+                        break;
+                    }
+                    s.push_str(l);
+                    s.push('\n');
+                }
+            }
+            unescape(&s)
+        } else if value.len() >= 2 && value.starts_with('"') && value.ends_with('"') {
+            unescape(&value[1..value.len() - 1])
+        } else {
+            return Err(at(
+                "values must be \"strings\" or \"\"\"multi-line strings\"\"\"",
+            ));
+        };
+        let ex = list
+            .last_mut()
+            .ok_or_else(|| at("key outside an [[exercises]] table"))?;
+        match key {
+            "name" => ex.name = value,
+            "path" => ex.path = value,
+            "hint" => ex.hint = value.trim().to_string(),
+            _ => {
+                return Err(at(&format!(
+                    "unknown key `{key}` (expected name, path or hint)"
+                )))
+            }
+        }
+    }
+    for ex in &list {
+        if ex.name.is_empty() || ex.path.is_empty() || ex.hint.is_empty() {
+            return Err(format!(
+                "info.toml: exercise #{} ({:?}) needs a name, a path and a hint",
+                ex.number, ex.name
+            ));
+        }
+    }
+    if list.is_empty() {
+        return Err("info.toml lists no [[exercises]]".into());
+    }
+    Ok(list)
+}
+
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some(other) => out.push(other), // \" and \\ (and anything else, literally)
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// `3`, `03` or `rope` -> the exercise.
+fn find_exercise<'a>(list: &'a [Exercise], key: &str) -> Result<&'a Exercise, String> {
+    let found = match key.parse::<usize>() {
+        Ok(n) => list.iter().find(|e| e.number == n),
+        Err(_) => list.iter().find(|e| e.name == key),
+    };
+    found.ok_or_else(|| {
+        let names: Vec<String> = list.iter().map(Exercise::label).collect();
+        format!("no exercise `{key}`; there are: {}", names.join(", "))
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Compiling and running one file
+// ---------------------------------------------------------------------------------------
+
+enum Outcome {
+    Pass,
+    /// Compiled, but at least one test failed (the captured test output).
+    TestsFail(String),
+    /// rustc refused the file (the captured compiler output).
+    CompileError(String),
+    TimedOut,
+}
+
+impl Outcome {
+    fn short(&self) -> &'static str {
+        match self {
+            Outcome::Pass => "done",
+            Outcome::TestsFail(_) => "tests fail",
+            Outcome::CompileError(_) => "does not compile",
+            Outcome::TimedOut => "timed out",
+        }
+    }
+}
+
+fn rustc() -> String {
+    env::var("RUSTC").unwrap_or_else(|_| "rustc".into())
+}
+
+/// `rustc --edition 2021 --test SRC -o BIN`.
+fn rustc_test(src: &Path, bin: &Path) -> Command {
+    let mut cmd = Command::new(rustc());
+    cmd.args(["--edition", "2021", "--test", "-C", "debuginfo=0"]);
+    source_arg(&mut cmd, src);
+    cmd.arg("-o").arg(bin);
+    cmd
+}
+
+/// Passes `src` relative to the repository root and runs from there, so that compiler
+/// errors and test panics name `exercises/01_softmax/softmax.rs:12:5`, not an absolute path.
+fn source_arg(cmd: &mut Command, src: &Path) {
+    let repo = exercises_dir().parent().map(Path::to_path_buf);
+    match repo
+        .as_deref()
+        .and_then(|r| Some((r, src.strip_prefix(r).ok()?)))
+    {
+        Some((repo, rel)) => cmd.current_dir(repo).arg(rel),
+        None => cmd.arg(src),
+    };
+}
+
+/// Where the test binary for `src` goes.
+fn test_binary(src: &Path, out_dir: &Path) -> PathBuf {
+    out_dir.join(src.file_stem().unwrap_or_default())
+}
+
+/// `rustc --edition 2021 --test SRC -o BIN`, then runs BIN (the libtest harness).
+fn build_and_test(src: &Path, out_dir: &Path, extra_flags: &[&str]) -> io::Result<Outcome> {
+    fs::create_dir_all(out_dir)?;
+    let bin = test_binary(src, out_dir);
+    let compiled = rustc_test(src, &bin)
+        .args(["--color", "never"])
+        .args(extra_flags)
+        .output()?;
+    if !compiled.status.success() {
+        return Ok(Outcome::CompileError(
+            String::from_utf8_lossy(&compiled.stderr).into_owned(),
+        ));
+    }
+    // stdout and stderr into one file: no pipes to drain, so a chatty test cannot deadlock us.
+    let log_path = bin.with_extension("log");
+    let log = File::create(&log_path)?;
+    let mut child = Command::new(&bin)
+        .args(["--color", "never"])
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .spawn()?;
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if start.elapsed() > TEST_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(Outcome::TimedOut);
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    if status.success() {
+        Ok(Outcome::Pass)
+    } else {
+        Ok(Outcome::TestsFail(
+            fs::read_to_string(&log_path).unwrap_or_default(),
+        ))
+    }
+}
+
+/// Runs `f` on every item on all cores; results come back in the items' order.
+fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let workers = thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(items.len())
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let r = f(item);
+                *slots[i].lock().unwrap() = Some(r);
+            });
+        }
+    });
+    slots
+        .into_iter()
+        .map(|m| m.into_inner().unwrap().expect("every slot filled"))
+        .collect()
+}
+
+/// The part of the output a learner needs: the compiler's errors (not its warnings about a
+/// half-written stub), or the test failures and their panic messages.
+fn excerpt(outcome: &Outcome) -> String {
+    let lines: Vec<&str> = match outcome {
+        Outcome::CompileError(out) => out
+            .split("\n\n")
+            .filter(|block| block.trim_start().starts_with("error"))
+            .flat_map(|block| block.lines().chain(std::iter::once("")))
+            .collect(),
+        Outcome::TestsFail(out) => {
+            let all: Vec<&str> = out.lines().collect();
+            let start = all.iter().position(|l| *l == "failures:").unwrap_or(0);
+            let end = all
+                .iter()
+                .rposition(|l| l.starts_with("test result:"))
+                .map_or(all.len(), |e| e + 1);
+            // libtest's advice about backtraces is noise here.
+            let hide = "note: run with `RUST_BACKTRACE";
+            all[start..end.max(start)]
+                .iter()
+                .copied()
+                .filter(|l| !l.starts_with(hide))
+                .collect()
+        }
+        Outcome::TimedOut => vec!["the tests ran for more than 30 s: is there an infinite loop?"],
+        Outcome::Pass => vec![],
+    };
+    let mut text: Vec<&str> = lines.iter().take(EXCERPT_LINES).copied().collect();
+    if lines.len() > EXCERPT_LINES {
+        text.push("... (more: use `run N` to see everything)");
+    }
+    text.join("\n")
+}
+
+fn run_all_stubs(list: &[Exercise]) -> Vec<Outcome> {
+    par_map(list, |ex| {
+        build_and_test(&ex.stub(), &build_dir("learner", ex), LEARNER_FLAGS)
+            .unwrap_or_else(|e| Outcome::CompileError(format!("error: could not run rustc: {e}")))
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Learner mode
+// ---------------------------------------------------------------------------------------
+
+fn cmd_check() -> Result<bool, String> {
+    let list = load_exercises()?;
+    println!(
+        "kvlab exercises: compiling and testing {} files in exercises/ ...\n",
+        list.len()
+    );
+    let outcomes = run_all_stubs(&list);
+
+    let width = list.iter().map(|e| e.name.len()).max().unwrap_or(8).max(8);
+    println!("   #  {:width$}  status", "exercise");
+    for (ex, outcome) in list.iter().zip(&outcomes) {
+        let mark = if matches!(outcome, Outcome::Pass) {
+            "[x]"
+        } else {
+            "[ ]"
+        };
+        println!(
+            "  {:02}  {:width$}  {mark} {}",
+            ex.number,
+            ex.name,
+            outcome.short()
+        );
+    }
+    let done = outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Pass))
+        .count();
+    println!("\nProgress: {done}/{} exercises pass.", list.len());
+
+    let Some(i) = outcomes.iter().position(|o| !matches!(o, Outcome::Pass)) else {
+        println!("\nAll exercises pass. Compare your code with exercises/solutions/, then read");
+        println!("kvlab's own src/: it is built from exactly these pieces.");
+        return Ok(true);
+    };
+    let ex = &list[i];
+    println!("\nNext up: {}  ->  exercises/{}", ex.label(), ex.path);
+    println!("{}", "-".repeat(72));
+    println!("{}", excerpt(&outcomes[i]));
+    println!("{}", "-".repeat(72));
+    println!("Hint:\n{}\n", indent(&ex.hint));
+    println!("Full output: {CMD} run {}", ex.number);
+    println!("Solved it?   {CMD} check");
+    // A learner with unfinished exercises is the normal state, not an error: exit 0.
+    Ok(true)
+}
+
+fn cmd_run(key: Option<&str>) -> Result<bool, String> {
+    let list = load_exercises()?;
+    let ex = find_exercise(&list, key.ok_or("`run` needs an exercise number or name")?)?;
+    println!("== {}  (exercises/{})", ex.label(), ex.path);
+    let out_dir = build_dir("learner", ex);
+    fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
+    let bin = test_binary(&ex.stub(), &out_dir);
+    // Inherit the terminal here so the learner sees rustc's and libtest's full, coloured output.
+    let compiled = rustc_test(&ex.stub(), &bin)
+        .args(LEARNER_FLAGS)
+        .status()
+        .map_err(|e| format!("could not run rustc: {e}"))?;
+    if !compiled.success() {
+        println!(
+            "\n{} does not compile yet. Hint: {CMD} hint {}",
+            ex.label(),
+            ex.number
+        );
+        return Ok(false);
+    }
+    let tested = Command::new(&bin)
+        .env("RUST_BACKTRACE", "0")
+        .status()
+        .map_err(|e| e.to_string())?;
+    if tested.success() {
+        println!("{} passes. Next: {CMD} check", ex.label());
+    } else {
+        println!(
+            "{} does not pass yet. Hint: {CMD} hint {}",
+            ex.label(),
+            ex.number
+        );
+    }
+    Ok(tested.success())
+}
+
+fn cmd_hint(key: Option<&str>) -> Result<bool, String> {
+    let list = load_exercises()?;
+    let ex = match key {
+        Some(key) => find_exercise(&list, key)?,
+        None => {
+            let outcomes = run_all_stubs(&list);
+            match outcomes.iter().position(|o| !matches!(o, Outcome::Pass)) {
+                Some(i) => &list[i],
+                None => {
+                    println!("All exercises pass: no hint needed.");
+                    return Ok(true);
+                }
+            }
+        }
+    };
+    println!(
+        "Hint for {}  (exercises/{}):\n\n{}",
+        ex.label(),
+        ex.path,
+        indent(&ex.hint)
+    );
+    Ok(true)
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("  {l}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+// ---------------------------------------------------------------------------------------
+// CI mode
+// ---------------------------------------------------------------------------------------
+
+struct Verdict {
+    stub: Outcome,
+    solution: Outcome,
+    /// None: clippy-driver is not installed, so clippy was skipped.
+    clippy: Option<Result<(), String>>,
+    problems: Vec<String>,
+}
+
+fn cmd_verify() -> Result<bool, String> {
+    let list = load_exercises()?;
+    let has_clippy = Command::new("clippy-driver")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    println!(
+        "verify: {} exercises. Every stub must compile and FAIL its tests; every solution must",
+        list.len()
+    );
+    println!(
+        "compile warning-free and PASS, be rustfmt-clean{}, and keep the stub's tests.\n",
+        if has_clippy { " and clippy-clean" } else { "" }
+    );
+
+    let mut problems = check_layout(&list);
+    let verdicts = par_map(&list, |ex| verify_one(ex, has_clippy));
+
+    let width = list.iter().map(|e| e.name.len()).max().unwrap_or(8).max(8);
+    println!(
+        "   #  {:width$}  {:24} {:24} clippy",
+        "exercise", "stub (must fail)", "solution (must pass)"
+    );
+    for (ex, v) in list.iter().zip(&verdicts) {
+        let stub = match &v.stub {
+            Outcome::TestsFail(_) => "fails: ok".to_string(),
+            other => format!("{} <- BAD", other.short()),
+        };
+        let solution = match &v.solution {
+            Outcome::Pass => "passes: ok".to_string(),
+            other => format!("{} <- BAD", other.short()),
+        };
+        let clippy = match &v.clippy {
+            None => "skipped",
+            Some(Ok(())) => "ok",
+            Some(Err(_)) => "BAD",
+        };
+        println!(
+            "  {:02}  {:width$}  {stub:24} {solution:24} {clippy}",
+            ex.number, ex.name
+        );
+        problems.extend(v.problems.iter().cloned());
+    }
+
+    // rustfmt: stubs too, since they are what the learner reads first.
+    let files: Vec<PathBuf> = list
+        .iter()
+        .flat_map(|e| [e.stub(), e.solution()])
+        .filter(|p| p.exists())
+        .collect();
+    let fmt = Command::new("rustfmt")
+        .args(["--check", "--edition", "2021"])
+        .args(&files)
+        .arg(exercises_dir().join("check.rs"))
+        .output();
+    match fmt {
+        Ok(out) if out.status.success() => println!(
+            "\nrustfmt --check --edition 2021: ok ({} files)",
+            files.len() + 1
+        ),
+        Ok(out) => {
+            println!("\nrustfmt --check --edition 2021: BAD");
+            // The diff on stdout; a file that does not parse is reported on stderr.
+            let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+            let shown: Vec<&str> = text.lines().take(60).collect();
+            println!("{}", shown.join("\n"));
+            problems.push(
+                "rustfmt: some files are not formatted (run `rustfmt --edition 2021` on them)"
+                    .into(),
+            );
+        }
+        Err(e) => problems.push(format!(
+            "rustfmt could not be run ({e}); install it: rustup component add rustfmt"
+        )),
+    }
+    if !has_clippy {
+        println!("clippy-driver not found: clippy skipped (rustup component add clippy)");
+    }
+
+    if problems.is_empty() {
+        println!(
+            "\nverify: OK. All {} stubs fail and all {} solutions pass.",
+            list.len(),
+            list.len()
+        );
+        Ok(true)
+    } else {
+        println!("\nverify: FAILED, {} problem(s):", problems.len());
+        for p in &problems {
+            println!("  - {}", p.replace('\n', "\n    "));
+        }
+        Ok(false)
+    }
+}
+
+fn verify_one(ex: &Exercise, has_clippy: bool) -> Verdict {
+    let mut problems = Vec::new();
+    let label = ex.label();
+    let missing = |p: &Path| Outcome::CompileError(format!("error: {} is missing", p.display()));
+    let stub_src = fs::read_to_string(ex.stub()).unwrap_or_default();
+    let sol_src = fs::read_to_string(ex.solution()).unwrap_or_default();
+
+    let stub = if ex.stub().exists() {
+        build_and_test(&ex.stub(), &build_dir("verify-stub", ex), &[])
+            .unwrap_or_else(|e| Outcome::CompileError(e.to_string()))
+    } else {
+        missing(&ex.stub())
+    };
+    match &stub {
+        Outcome::TestsFail(_) => {}
+        Outcome::Pass => problems.push(format!(
+            "{label}: the stub PASSES its tests before the learner has done anything; the tests do not check the TODO"
+        )),
+        Outcome::CompileError(out) => problems.push(format!(
+            "{label}: the stub does not compile; it must compile and fail its tests\n{}",
+            excerpt(&Outcome::CompileError(out.clone()))
+        )),
+        Outcome::TimedOut => problems.push(format!("{label}: the stub's tests hang (over {TEST_TIMEOUT:?})")),
+    }
+
+    // Solutions are held to a higher bar than stubs: no warnings at all.
+    let solution = if ex.solution().exists() {
+        build_and_test(
+            &ex.solution(),
+            &build_dir("verify-solution", ex),
+            &["-D", "warnings"],
+        )
+        .unwrap_or_else(|e| Outcome::CompileError(e.to_string()))
+    } else {
+        missing(&ex.solution())
+    };
+    if !matches!(solution, Outcome::Pass) {
+        problems.push(format!(
+            "{label}: the solution does not pass ({})\n{}",
+            solution.short(),
+            excerpt(&solution)
+        ));
+    }
+
+    // Only a solution that compiles and passes is worth linting; otherwise clippy would
+    // repeat the compiler's errors.
+    let clippy = (has_clippy && matches!(solution, Outcome::Pass)).then(|| {
+        let out_dir = build_dir("clippy", ex);
+        let _ = fs::create_dir_all(&out_dir);
+        let mut cmd = Command::new("clippy-driver");
+        cmd.args([
+            "--edition",
+            "2021",
+            "--test",
+            "--color",
+            "never",
+            "--emit=metadata",
+        ]);
+        cmd.args(["-D", "warnings"]);
+        source_arg(&mut cmd, &ex.solution());
+        let out = cmd
+            .arg("-o")
+            .arg(out_dir.join(format!("{}.rmeta", ex.name)))
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Ok(()),
+            Ok(o) => Err(String::from_utf8_lossy(&o.stderr).into_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+    if let Some(Err(out)) = &clippy {
+        problems.push(format!(
+            "{label}: clippy warnings in the solution\n{}",
+            excerpt(&Outcome::CompileError(out.clone()))
+        ));
+    }
+
+    // The learner must be graded by exactly the tests CI checks the solution against.
+    if !stub_src.is_empty() && !sol_src.is_empty() {
+        match (tests_section(&stub_src), tests_section(&sol_src)) {
+            (Some(a), Some(b)) if a == b => {}
+            (Some(_), Some(_)) => problems.push(format!(
+                "{label}: the `#[cfg(test)]` module differs between stub and solution; they must be identical"
+            )),
+            _ => problems.push(format!("{label}: stub and solution both need a `#[cfg(test)]` module")),
+        }
+        if !stub_src.contains("// TODO") {
+            problems.push(format!(
+                "{label}: the stub has no `// TODO` telling the learner what to do"
+            ));
+        }
+        if sol_src.contains("// TODO") {
+            problems.push(format!("{label}: the solution still contains a `// TODO`"));
+        }
+    }
+    Verdict {
+        stub,
+        solution,
+        clippy,
+        problems,
+    }
+}
+
+/// Everything from the `#[cfg(test)]` line to the end of the file.
+fn tests_section(src: &str) -> Option<&str> {
+    let start = src.find("\n#[cfg(test)]")?;
+    Some(&src[start..])
+}
+
+/// info.toml and the directories agree: numbered in order, no unlisted or missing files.
+fn check_layout(list: &[Exercise]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for ex in list {
+        let prefix = format!("{:02}_", ex.number);
+        if !ex.path.starts_with(&prefix) {
+            problems.push(format!(
+                "info.toml: exercise #{} `{}` should live in a `{prefix}*` directory, not {}",
+                ex.number, ex.name, ex.path
+            ));
+        }
+        if list.iter().filter(|e| e.name == ex.name).count() > 1 {
+            problems.push(format!("info.toml: the name `{}` is used twice", ex.name));
+        }
+    }
+    // Every .rs file in a numbered directory (stubs and solutions) must be listed.
+    for (base, shown) in [
+        (exercises_dir(), "exercises"),
+        (exercises_dir().join("solutions"), "exercises/solutions"),
+    ] {
+        let Ok(dirs) = fs::read_dir(&base) else {
+            problems.push(format!("cannot read {}", base.display()));
+            continue;
+        };
+        for dir in dirs.flatten() {
+            let dir_name = dir.file_name().to_string_lossy().into_owned();
+            if !dir.path().is_dir() || !dir_name.chars().next().is_some_and(|c| c.is_ascii_digit())
+            {
+                continue;
+            }
+            for file in fs::read_dir(dir.path()).into_iter().flatten().flatten() {
+                let rel = format!("{dir_name}/{}", file.file_name().to_string_lossy());
+                if rel.ends_with(".rs") && !list.iter().any(|e| e.path == rel) {
+                    problems.push(format!("{shown}/{rel} is not listed in info.toml"));
+                }
+            }
+        }
+    }
+    problems
+}
