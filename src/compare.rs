@@ -2,7 +2,9 @@
 //! the same request through both paths, the tokens checked equal, the time compared.
 
 use crate::error::Result;
-use crate::generate::{generate, GenerateOptions, Generation, PathKind};
+use crate::generate::{
+    check_request, cpu_decoder, generate_with, Decoder, GenerateOptions, Generation, PathKind,
+};
 use crate::model::Model;
 use serde::Serialize;
 
@@ -43,26 +45,32 @@ pub fn checkpoint_tokens(n: usize) -> Vec<usize> {
     at
 }
 
-/// Runs `prompt` through the cached path, then the naive path, with the same options.
+/// Runs `prompt` through the cached path, then the naive path, on the CPU.
 pub fn compare(model: &Model, prompt: &[u32], opts: &GenerateOptions) -> Result<Comparison> {
-    let cached = generate(
-        model,
+    check_request(model, prompt, opts.max_new_tokens)?;
+    compare_with(
+        |path| Ok(cpu_decoder(model, path, prompt.len(), opts.max_new_tokens)),
         prompt,
-        &GenerateOptions {
-            path: PathKind::Cached,
+        opts,
+    )
+}
+
+/// The same experiment with decoders from `make_decoder` (e.g. on the GPU).
+pub fn compare_with<'a>(
+    mut make_decoder: impl FnMut(PathKind) -> Result<Box<dyn Decoder + 'a>>,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+) -> Result<Comparison> {
+    let mut run = |path| -> Result<Generation> {
+        let mut decoder = make_decoder(path)?;
+        let opts = GenerateOptions {
+            path,
             ..opts.clone()
-        },
-        |_| {},
-    )?;
-    let naive = generate(
-        model,
-        prompt,
-        &GenerateOptions {
-            path: PathKind::Naive,
-            ..opts.clone()
-        },
-        |_| {},
-    )?;
+        };
+        generate_with(decoder.as_mut(), prompt, &opts, |_| {})
+    };
+    let cached = run(PathKind::Cached)?;
+    let naive = run(PathKind::Naive)?;
     let identical = cached.generated_ids == naive.generated_ids;
     let n = cached.token_ms.len().min(naive.token_ms.len());
     let cumulative = |ms: &[f64], t: usize| ms[..t].iter().sum::<f64>();

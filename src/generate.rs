@@ -21,11 +21,12 @@ pub enum PathKind {
 
 // ANCHOR: paths
 /// The state a path keeps between steps, behind the two verbs generation needs.
-trait Decoder {
-    /// Processes the prompt; returns the logits for the first new token.
-    fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<Vec<f32>>;
+/// The CPU paths are below; the CUDA paths (`--features cuda`) implement it too.
+pub trait Decoder {
+    /// Processes the prompt; returns the logits for the first new token, `[vocab]`.
+    fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>>;
     /// Feeds the token just produced; returns the logits for the next one.
-    fn step(&mut self, model: &Model, token: u32) -> Result<Vec<f32>>;
+    fn step(&mut self, token: u32) -> Result<Vec<f32>>;
     /// KV cache bytes (reserved, holding live positions).
     fn kv_bytes(&self) -> (usize, usize);
 }
@@ -33,18 +34,19 @@ trait Decoder {
 /// The naive path keeps the token ids, nothing else: every step is a prefill of
 /// the whole sequence. Step `t` costs about as much as a prompt of `t` tokens,
 /// and its attention is O(t²): O(N³) over a generation (the seed's §2.2).
-struct Naive {
-    seq: Vec<u32>,
+pub struct Naive<'a> {
+    pub model: &'a Model,
+    pub seq: Vec<u32>,
 }
 
-impl Decoder for Naive {
-    fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<Vec<f32>> {
+impl Decoder for Naive<'_> {
+    fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
         self.seq = prompt.to_vec();
-        model.forward(&self.seq, KvSource::ThisPass)
+        self.model.forward(&self.seq, KvSource::ThisPass)
     }
-    fn step(&mut self, model: &Model, token: u32) -> Result<Vec<f32>> {
+    fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         self.seq.push(token);
-        model.forward(&self.seq, KvSource::ThisPass)
+        self.model.forward(&self.seq, KvSource::ThisPass)
     }
     fn kv_bytes(&self) -> (usize, usize) {
         (0, 0)
@@ -52,19 +54,40 @@ impl Decoder for Naive {
 }
 
 /// The cached path keeps every layer's K and V: each step runs one token.
-struct Cached {
-    cache: KvCache,
+pub struct Cached<'a> {
+    pub model: &'a Model,
+    pub cache: KvCache,
 }
 
-impl Decoder for Cached {
-    fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<Vec<f32>> {
-        model.forward(prompt, KvSource::Cache(&mut self.cache))
+impl Decoder for Cached<'_> {
+    fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
+        self.model.forward(prompt, KvSource::Cache(&mut self.cache))
     }
-    fn step(&mut self, model: &Model, token: u32) -> Result<Vec<f32>> {
-        model.forward(&[token], KvSource::Cache(&mut self.cache))
+    fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        self.model.forward(&[token], KvSource::Cache(&mut self.cache))
     }
     fn kv_bytes(&self) -> (usize, usize) {
         (self.cache.bytes_allocated(), self.cache.bytes_used())
+    }
+}
+
+/// The CPU decoder for `path`, sized for `prompt_len + max_new_tokens` positions.
+pub fn cpu_decoder<'a>(
+    model: &'a Model,
+    path: PathKind,
+    prompt_len: usize,
+    max_new_tokens: usize,
+) -> Box<dyn Decoder + 'a> {
+    match path {
+        PathKind::Naive => Box::new(Naive {
+            model,
+            seq: Vec::new(),
+        }),
+        // Reserve the whole request up front (the seed's §3.3).
+        PathKind::Cached => Box::new(Cached {
+            model,
+            cache: KvCache::new(&model.config, prompt_len + max_new_tokens),
+        }),
     }
 }
 // ANCHOR_END: paths
@@ -137,31 +160,38 @@ pub fn check_request(model: &Model, prompt: &[u32], max_new_tokens: usize) -> Re
     Ok(())
 }
 
-// ANCHOR: generate
-/// Generates up to `max_new_tokens` after `prompt`, calling `on_token` with each
-/// token as soon as it is chosen (for streaming).
+/// Generates up to `max_new_tokens` after `prompt` on the CPU, calling `on_token`
+/// with each token as soon as it is chosen (for streaming).
 pub fn generate(
     model: &Model,
     prompt: &[u32],
     opts: &GenerateOptions,
-    mut on_token: impl FnMut(u32),
+    on_token: impl FnMut(u32),
 ) -> Result<Generation> {
     check_request(model, prompt, opts.max_new_tokens)?;
+    let mut decoder = cpu_decoder(model, opts.path, prompt.len(), opts.max_new_tokens);
+    generate_with(decoder.as_mut(), prompt, opts, on_token)
+}
+
+// ANCHOR: generate
+/// The generation loop, for any decoder (CPU or GPU, naive or cached).
+pub fn generate_with(
+    decoder: &mut dyn Decoder,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    mut on_token: impl FnMut(u32),
+) -> Result<Generation> {
     opts.sampler.validate()?;
-    let mut decoder: Box<dyn Decoder> = match opts.path {
-        PathKind::Naive => Box::new(Naive { seq: Vec::new() }),
-        // Reserve the whole request up front (the seed's §3.3).
-        PathKind::Cached => Box::new(Cached {
-            cache: KvCache::new(&model.config, prompt.len() + opts.max_new_tokens),
-        }),
-    };
+    if prompt.is_empty() {
+        return Err(Error::EmptyPrompt);
+    }
     let mut sampler = Sampler::new(opts.sampler);
     let mut generated = Vec::with_capacity(opts.max_new_tokens);
     let mut token_ms = Vec::with_capacity(opts.max_new_tokens);
 
     // Prefill: the whole prompt in one pass. Its end is the first token: TTFT.
     let start = Instant::now();
-    let logits = decoder.prefill(model, prompt)?;
+    let logits = decoder.prefill(prompt)?;
     let mut token = sampler.sample(&logits);
     token_ms.push(start.elapsed().as_secs_f64() * 1e3);
     generated.push(token);
@@ -178,7 +208,7 @@ pub fn generate(
             break;
         }
         let step_start = Instant::now();
-        let logits = decoder.step(model, token)?;
+        let logits = decoder.step(token)?;
         token = sampler.sample(&logits);
         token_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
         generated.push(token);

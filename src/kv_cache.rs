@@ -101,6 +101,12 @@ impl KvCache {
         self.len = 0;
     }
 
+    /// Forgets positions `len..`: the rows stay allocated and are overwritten by
+    /// the next write (benches measure one decode step at a fixed context this way).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
     /// Bytes reserved: what `kvlab kv-size` predicts for this shape in f32.
     pub fn bytes_allocated(&self) -> usize {
         (self.k_cache.len() + self.v_cache.len()) * std::mem::size_of::<f32>()

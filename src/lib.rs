@@ -5,8 +5,12 @@
 //! [`model`] (the forward pass) → [`generate`] (the loop and its timings).
 
 pub mod attention;
+pub mod bench;
 pub mod compare;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod device;
 pub mod error;
 pub mod generate;
 pub mod gguf;

@@ -2,9 +2,10 @@
 //! import a GGUF, and a zero-setup demo.
 
 use clap::{Args, Parser, Subcommand};
-use kvlab::compare::{compare, Comparison};
+use kvlab::compare::{compare_with, Comparison};
+use kvlab::device::{Backend, Device, GpuDtype};
 use kvlab::error::{Error, Result};
-use kvlab::generate::{generate, GenerateOptions, Generation, PathKind};
+use kvlab::generate::{check_request, generate_with, GenerateOptions, Generation, PathKind};
 use kvlab::kv_size::{KvDtype, KvShape};
 use kvlab::sampler::SamplerConfig;
 use kvlab::tokenizer::{Message, TextStream, Tokenizer};
@@ -34,6 +35,8 @@ enum Command {
     ImportGguf(ImportArgs),
     /// Zero set-up: compare both paths on SmolLM2 (or a random model of its shape).
     Demo(DemoArgs),
+    /// Measure prefill throughput and per-token latency of both paths at several contexts.
+    Bench(BenchArgs),
 }
 
 #[derive(Args)]
@@ -41,11 +44,18 @@ struct PromptArgs {
     /// Model folder (config.json, *.safetensors, tokenizer.json).
     #[arg(long, default_value = DEFAULT_MODEL)]
     model: PathBuf,
+    /// Use seeded random weights of SmolLM2-135M's shape instead of --model (no tokenizer:
+    /// give --prompt-len).
+    #[arg(long)]
+    random_weights: bool,
     /// The prompt text.
+    #[arg(long, required_unless_present = "prompt_len", conflicts_with = "prompt_len")]
+    prompt: Option<String>,
+    /// A synthetic prompt of this many token ids (for measurements at a chosen length).
     #[arg(long)]
-    prompt: String,
+    prompt_len: Option<usize>,
     /// Wrap the prompt in the model's chat template, as a user message.
-    #[arg(long)]
+    #[arg(long, requires = "prompt")]
     chat: bool,
     /// System message for --chat (else the template's default, if any).
     #[arg(long, requires = "chat")]
@@ -63,9 +73,21 @@ struct PromptArgs {
     top_p: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// Print one JSON object with the figures instead of text.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args, Clone, Copy)]
+struct DeviceArgs {
+    /// Where to run the forward pass.
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    device: Device,
+    /// Weight format on the GPU (with --device cuda).
+    #[arg(long, value_enum, default_value_t = GpuDtype::Bf16)]
+    gpu_dtype: GpuDtype,
 }
 
 #[derive(Args)]
@@ -126,8 +148,28 @@ enum ImportDtype {
 struct DemoArgs {
     #[arg(long, default_value = DEFAULT_MODEL)]
     model: PathBuf,
+    #[command(flatten)]
+    device: DeviceArgs,
     #[arg(long, default_value_t = 32)]
     max_new_tokens: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Model folder; without it, seeded random weights of SmolLM2-135M's shape (same cost).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Prompt lengths for the prefill measurement.
+    #[arg(long, value_delimiter = ',', default_value = "32,128,512")]
+    prefill: Vec<usize>,
+    /// Contexts at which to time one step of each path.
+    #[arg(long, value_delimiter = ',', default_value = "32,128,512")]
+    contexts: Vec<usize>,
+    /// Timed repetitions per figure (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
     #[arg(long)]
     json: bool,
 }
@@ -140,6 +182,7 @@ fn main() {
         Command::KvSize(args) => cmd_kv_size(args),
         Command::ImportGguf(args) => cmd_import(args),
         Command::Demo(args) => cmd_demo(args),
+        Command::Bench(args) => cmd_bench(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
@@ -154,27 +197,41 @@ fn print_json(value: &impl serde::Serialize) -> Result<()> {
     Ok(())
 }
 
-/// Loads the model and its tokenizer, and turns the prompt into ids.
-fn load(args: &PromptArgs) -> Result<(Model, Tokenizer, Vec<u32>)> {
-    if !args.model.is_dir() {
-        return Err(Error::ModelFolderMissing(args.model.clone()));
-    }
-    let tokenizer = Tokenizer::from_dir(&args.model)?;
-    let text = if args.chat {
-        let mut messages = Vec::new();
-        if let Some(system) = &args.system {
-            messages.push(Message::new("system", system));
-        }
-        messages.push(Message::new("user", &args.prompt));
-        tokenizer.apply_chat_template(&messages)?
+/// Loads the model and its tokenizer (none for random weights), and turns the prompt into ids.
+fn load(args: &PromptArgs) -> Result<(Model, Option<Tokenizer>, Vec<u32>)> {
+    let (model, tokenizer) = if args.random_weights {
+        (Model::random(Config::smollm2_135m(), args.seed)?, None)
     } else {
-        args.prompt.clone()
+        if !args.model.is_dir() {
+            return Err(Error::ModelFolderMissing(args.model.clone()));
+        }
+        let tokenizer = Tokenizer::from_dir(&args.model)?;
+        (loader::load_model(&args.model)?, Some(tokenizer))
     };
-    let prompt_ids = tokenizer.encode(&text)?;
+    let prompt_ids = match (&args.prompt, args.prompt_len, &tokenizer) {
+        (_, Some(n), _) => kvlab::bench::synthetic_prompt(n, model.config.vocab_size),
+        (Some(prompt), None, Some(tokenizer)) => {
+            let text = if args.chat {
+                let mut messages = Vec::new();
+                if let Some(system) = &args.system {
+                    messages.push(Message::new("system", system));
+                }
+                messages.push(Message::new("user", prompt));
+                tokenizer.apply_chat_template(&messages)?
+            } else {
+                prompt.clone()
+            };
+            tokenizer.encode(&text)?
+        }
+        _ => {
+            return Err(Error::InvalidArgument(
+                "--random-weights has no tokenizer: give --prompt-len N instead of --prompt".into(),
+            ))
+        }
+    };
     if prompt_ids.is_empty() {
         return Err(Error::EmptyPrompt);
     }
-    let model = loader::load_model(&args.model)?;
     Ok((model, tokenizer, prompt_ids))
 }
 
@@ -195,19 +252,29 @@ fn options(args: &PromptArgs, model: &Model, path: PathKind) -> GenerateOptions 
 fn cmd_generate(args: GenerateArgs) -> Result<()> {
     let (model, tokenizer, prompt_ids) = load(&args.prompt)?;
     let opts = options(&args.prompt, &model, args.path);
-    kvlab::generate::check_request(&model, &prompt_ids, opts.max_new_tokens)?;
+    check_request(&model, &prompt_ids, opts.max_new_tokens)?;
+    let d = args.prompt.device;
+    let backend = Backend::new(d.device, &model, d.gpu_dtype)?;
+    let mut decoder = backend.decoder(opts.path, prompt_ids.len(), opts.max_new_tokens)?;
     let json = args.prompt.json;
-    let mut stream = TextStream::new(&tokenizer);
+    let mut stream = tokenizer.as_ref().map(TextStream::new);
     let mut out = std::io::stdout();
-    let mut generation = generate(&model, &prompt_ids, &opts, |token| {
-        if !json {
-            if let Some(text) = stream.push(token) {
-                let _ = write!(out, "{text}");
-                let _ = out.flush();
-            }
+    let mut generation = generate_with(decoder.as_mut(), &prompt_ids, &opts, |token| {
+        if json {
+            return;
+        }
+        let text = match &mut stream {
+            Some(stream) => stream.push(token),
+            None => Some(format!("[{token}]")),
+        };
+        if let Some(text) = text {
+            let _ = write!(out, "{text}");
+            let _ = out.flush();
         }
     })?;
-    generation.text = tokenizer.decode(&generation.generated_ids)?;
+    if let Some(tokenizer) = &tokenizer {
+        generation.text = tokenizer.decode(&generation.generated_ids)?;
+    }
     if json {
         print_json(&generation)
     } else {
@@ -249,25 +316,32 @@ fn human_bytes(bytes: usize) -> String {
 fn cmd_compare(args: CompareArgs) -> Result<()> {
     let (model, tokenizer, prompt_ids) = load(&args.prompt)?;
     let opts = options(&args.prompt, &model, PathKind::Cached);
-    run_compare(&model, Some(&tokenizer), &prompt_ids, &opts, args.prompt.json)
+    let backend = Backend::new(args.prompt.device.device, &model, args.prompt.device.gpu_dtype)?;
+    run_compare(&backend, &model, tokenizer.as_ref(), &prompt_ids, &opts, args.prompt.json)
 }
 
 fn run_compare(
+    backend: &Backend,
     model: &Model,
     tokenizer: Option<&Tokenizer>,
     prompt_ids: &[u32],
     opts: &GenerateOptions,
     json: bool,
 ) -> Result<()> {
-    kvlab::generate::check_request(model, prompt_ids, opts.max_new_tokens)?;
+    check_request(model, prompt_ids, opts.max_new_tokens)?;
     if !json {
         eprintln!(
-            "prompt: {} tokens, generating {} with each path (cached first, then naive: the naive one takes a while)...",
+            "device: {} | prompt: {} tokens, generating {} with each path (cached first, then naive: the naive one takes a while)...",
+            backend.describe(),
             prompt_ids.len(),
             opts.max_new_tokens
         );
     }
-    let mut cmp = compare(model, prompt_ids, opts)?;
+    let mut cmp = compare_with(
+        |path| backend.decoder(path, prompt_ids.len(), opts.max_new_tokens),
+        prompt_ids,
+        opts,
+    )?;
     if let Some(tok) = tokenizer {
         cmp.cached.text = tok.decode(&cmp.cached.generated_ids)?;
         cmp.naive.text = tok.decode(&cmp.naive.generated_ids)?;
@@ -428,6 +502,34 @@ fn cmd_demo(args: DemoArgs) -> Result<()> {
             vec![]
         },
     };
-    run_compare(&model, tokenizer.as_ref(), &prompt_ids, &opts, args.json)
+    let backend = Backend::new(args.device.device, &model, args.device.gpu_dtype)?;
+    run_compare(&backend, &model, tokenizer.as_ref(), &prompt_ids, &opts, args.json)
 }
 
+
+fn cmd_bench(args: BenchArgs) -> Result<()> {
+    let (model, name) = match &args.model {
+        Some(dir) => (loader::load_model(dir)?, dir.display().to_string()),
+        None => (
+            Model::random(Config::smollm2_135m(), 0)?,
+            "SmolLM2-135M shape, random weights".to_string(),
+        ),
+    };
+    let longest = args.prefill.iter().chain(&args.contexts).max().copied().unwrap_or(0);
+    if longest + 1 > model.config.max_position_embeddings {
+        return Err(Error::PromptTooLong {
+            prompt_len: longest + 1,
+            max_seq_len: model.config.max_position_embeddings,
+        });
+    }
+    if args.prefill.contains(&0) {
+        return Err(Error::EmptyPrompt);
+    }
+    let report = kvlab::bench::run(&model, &name, &args.prefill, &args.contexts, args.reps)?;
+    if args.json {
+        print_json(&report)
+    } else {
+        kvlab::bench::print_report(&report);
+        Ok(())
+    }
+}

@@ -64,13 +64,13 @@ pub fn matmul(x: &[f32], w: &[f32], out: &mut [f32], d_in: usize, d_out: usize) 
     assert_eq!(out.len(), n * d_out, "out is not [n, d_out]");
     if n < 2 * PREFILL_ROWS {
         // Decode: one row at a time, its output columns split across threads.
-        const COLS_PER_TASK: usize = 256;
+        let cols_per_task = 2048.min(d_out.div_ceil(rayon::current_num_threads()).next_multiple_of(16));
         for (x_row, out_row) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(d_out)) {
             out_row
-                .par_chunks_mut(COLS_PER_TASK)
+                .par_chunks_mut(cols_per_task)
                 .enumerate()
                 .for_each(|(t, out_cols)| {
-                    matmul_rows::<1, DECODE_COLS>(x_row, w, out_cols, t * COLS_PER_TASK, d_out);
+                    row_times_weight_rows(x_row, w, out_cols, t * cols_per_task, d_out);
                 });
         }
     } else {
@@ -94,11 +94,23 @@ pub fn matmul(x: &[f32], w: &[f32], out: &mut [f32], d_in: usize, d_out: usize) 
     }
 }
 
+/// `out[c] = Σ_k x[k] · w[k][j0 + c]` for one row, accumulating in `out` itself
+/// while walking `w` row by row: each step reads one contiguous run of a weight
+/// row, the access pattern memory streams fastest (decode is memory-bound).
+/// The additions per element are those of [`tile`]: from 0.0, in order of `k`.
+fn row_times_weight_rows(x_row: &[f32], w: &[f32], out: &mut [f32], j0: usize, d_out: usize) {
+    out.fill(0.0);
+    for (k, &x_k) in x_row.iter().enumerate() {
+        let w_k = &w[k * d_out + j0..][..out.len()];
+        for (o, &wv) in out.iter_mut().zip(w_k) {
+            *o += x_k * wv;
+        }
+    }
+}
+
 /// Rows per register tile in prefill, and columns (2 AVX2 registers of 8).
 const PREFILL_ROWS: usize = 6;
 const PREFILL_COLS: usize = 16;
-/// Columns per register tile in decode (8 AVX2 registers).
-const DECODE_COLS: usize = 64;
 
 /// `out[r][c] = Σ_k x[r][k] · w[k][j0 + c]` for every row `r` of `x` and every
 /// column `c` of `out` (`out` is `[rows, width]`, a window of the full output).

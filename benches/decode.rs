@@ -1,0 +1,70 @@
+//! `cargo bench`: the seed's experiments (§4.1) as criterion benchmarks on the
+//! SmolLM2-135M-shaped random model (same shapes as the real one, so the same
+//! cost): per-token latency of the naive and the cached path at context 32,
+//! 128 and 512, and prefill throughput at 128 and 512 tokens. Then a summary a
+//! learner can read, with the speedups and the memory roofline.
+//!
+//! `cargo bench -- --quick` for a fast pass; `KVLAB_BENCH_SUMMARY=0` skips the summary.
+
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
+use kvlab::bench::{self, StepBench};
+use kvlab::{Config, Model};
+use std::hint::black_box;
+use std::time::Duration;
+
+fn model() -> Model {
+    Model::random(Config::smollm2_135m(), 0).expect("SmolLM2's shape is valid")
+}
+
+fn per_token(c: &mut Criterion) {
+    let model = model();
+    let mut group = c.benchmark_group("per_token");
+    group.sample_size(10).warm_up_time(Duration::from_millis(500));
+    for context in [32, 128, 512] {
+        let mut b = StepBench::new(&model, context).unwrap();
+        group.bench_with_input(BenchmarkId::new("cached", context), &context, |bench, _| {
+            bench.iter(|| black_box(b.cached_step().unwrap()))
+        });
+        group.measurement_time(Duration::from_secs(if context >= 512 { 20 } else { 5 }));
+        group.bench_with_input(BenchmarkId::new("naive", context), &context, |bench, _| {
+            bench.iter(|| black_box(b.naive_step().unwrap()))
+        });
+    }
+    group.finish();
+}
+
+fn prefill(c: &mut Criterion) {
+    let model = model();
+    let mut group = c.benchmark_group("prefill");
+    group.sample_size(10).measurement_time(Duration::from_secs(10));
+    for n in [128, 512] {
+        let prompt = bench::synthetic_prompt(n, model.config.vocab_size);
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |bench, _| {
+            bench.iter(|| {
+                let mut cache = kvlab::kv_cache::KvCache::new(&model.config, n);
+                black_box(model.forward(&prompt, kvlab::model::KvSource::Cache(&mut cache)).unwrap())
+            })
+        });
+    }
+    group.finish();
+}
+
+fn summary() {
+    if std::env::var("KVLAB_BENCH_SUMMARY").as_deref() == Ok("0") {
+        return;
+    }
+    let model = model();
+    let report = bench::run(&model, "SmolLM2-135M shape, random weights", &[128, 512], &[32, 128, 512], 3)
+        .expect("bench runs on a valid model");
+    println!();
+    bench::print_report(&report);
+}
+
+criterion_group!(benches, per_token, prefill);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    summary();
+}

@@ -1,0 +1,266 @@
+//! Measurements behind `kvlab bench` and `cargo bench`: prefill throughput,
+//! per-token latency of both paths at a given context, and the memory
+//! bandwidth that bounds decode (the seed's §1.3 and §4.1).
+
+use crate::error::Result;
+use crate::kv_cache::KvCache;
+use crate::model::{KvSource, Model};
+use serde::Serialize;
+use std::time::Instant;
+
+/// Median of `reps` timings of `f`, in milliseconds (after one warm-up call).
+pub fn median_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Deterministic token ids for synthetic prompts.
+pub fn synthetic_prompt(len: usize, vocab: usize) -> Vec<u32> {
+    (0..len).map(|i| ((i * 7919 + 13) % vocab) as u32).collect()
+}
+
+// ANCHOR: step_at_context
+/// One generation step at `context` tokens already seen, on each path.
+/// Naive: a forward pass over all `context + 1` tokens. Cached: a forward pass
+/// over one token, attending to `context` cached positions.
+pub struct StepBench<'a> {
+    model: &'a Model,
+    seq: Vec<u32>,
+    cache: KvCache,
+}
+
+impl<'a> StepBench<'a> {
+    /// Prefills a cache with `context` tokens, once.
+    pub fn new(model: &'a Model, context: usize) -> Result<StepBench<'a>> {
+        let seq = synthetic_prompt(context + 1, model.config.vocab_size);
+        let mut cache = KvCache::new(&model.config, context + 1);
+        model.forward_hidden(&seq[..context], &mut KvSource::Cache(&mut cache))?;
+        Ok(StepBench { model, seq, cache })
+    }
+
+    pub fn naive_step(&mut self) -> Result<Vec<f32>> {
+        self.model.forward(&self.seq, KvSource::ThisPass)
+    }
+
+    pub fn cached_step(&mut self) -> Result<Vec<f32>> {
+        let context = self.seq.len() - 1;
+        self.cache.truncate(context);
+        self.model
+            .forward(&self.seq[context..], KvSource::Cache(&mut self.cache))
+    }
+}
+// ANCHOR_END: step_at_context
+
+/// Per-token latency of both paths at one context length.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepLatency {
+    pub context: usize,
+    pub naive_ms: f64,
+    pub cached_ms: f64,
+    pub speedup: f64,
+}
+
+pub fn step_latency(model: &Model, context: usize, reps: usize) -> Result<StepLatency> {
+    let mut b = StepBench::new(model, context)?;
+    let naive_ms = median_ms(reps, || b.naive_step().map(drop))?;
+    let cached_ms = median_ms(reps * 3, || b.cached_step().map(drop))?;
+    Ok(StepLatency {
+        context,
+        naive_ms,
+        cached_ms,
+        speedup: naive_ms / cached_ms,
+    })
+}
+
+/// Prefill (the whole prompt in one pass) at one prompt length.
+#[derive(Debug, Clone, Serialize)]
+pub struct Prefill {
+    pub prompt_len: usize,
+    /// Time to first token: the prefill pass plus the LM head of the last token.
+    pub ttft_ms: f64,
+    pub tok_s: f64,
+    /// Achieved FLOP/s (2 FLOPs per weight per token, plus attention).
+    pub gflop_s: f64,
+}
+
+pub fn prefill(model: &Model, prompt_len: usize, reps: usize) -> Result<Prefill> {
+    let prompt = synthetic_prompt(prompt_len, model.config.vocab_size);
+    let ttft_ms = median_ms(reps, || {
+        let mut cache = KvCache::new(&model.config, prompt_len);
+        model.forward(&prompt, KvSource::Cache(&mut cache)).map(drop)
+    })?;
+    Ok(Prefill {
+        prompt_len,
+        ttft_ms,
+        tok_s: prompt_len as f64 / (ttft_ms / 1e3),
+        gflop_s: prefill_flops(model, prompt_len) / (ttft_ms / 1e3) / 1e9,
+    })
+}
+
+// ANCHOR: roofline
+/// FLOPs of a prefill of `n` tokens: 2 per weight per token in the layers
+/// (multiply + add), the LM head for the last token only, and attention's
+/// `q·k` and `p·v` (2 x 2 x head_dim per query head per (query, key) pair, causal).
+pub fn prefill_flops(model: &Model, n: usize) -> f64 {
+    let c = &model.config;
+    let lm_head = model.lm_head.len();
+    let untied_head = if model.tied_embeddings { 0 } else { lm_head };
+    let layer_weights =
+        (model.n_params() - model.embed.len() - model.final_norm.len() - untied_head) as f64;
+    let pairs = (n * (n + 1) / 2) as f64;
+    let attention = 4.0 * (c.num_attention_heads * c.head_dim()) as f64 * pairs * c.num_hidden_layers as f64;
+    2.0 * layer_weights * n as f64 + 2.0 * lm_head as f64 + attention
+}
+
+/// Bytes a cached decode step must read from memory: every weight once
+/// (the embedding only for one row, the LM head whole) plus the K and V of
+/// every cached position in every layer.
+pub fn decode_bytes(model: &Model, context: usize) -> f64 {
+    let c = &model.config;
+    let f32_bytes = 4.0;
+    let weights = (model.n_params() - model.embed.len() + c.hidden_size) as f64
+        + if model.tied_embeddings {
+            model.lm_head.len() as f64
+        } else {
+            0.0
+        };
+    let kv = 2.0 * (c.num_hidden_layers * c.n_kv_heads() * c.head_dim() * context) as f64;
+    (weights + kv) * f32_bytes
+}
+// ANCHOR_END: roofline
+
+/// This machine's memory read bandwidth, in bytes/s: the best of a few passes
+/// summing a 512 MiB buffer (far larger than any cache), split across threads.
+pub fn memory_bandwidth() -> f64 {
+    use rayon::prelude::*;
+    let buffer = vec![1.0f32; 128 << 20];
+    let mut best = 0.0f64;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let sum: f32 = buffer
+            .par_chunks(1 << 16)
+            .map(lane_sum)
+            .sum();
+        let secs = t.elapsed().as_secs_f64();
+        std::hint::black_box(sum);
+        best = best.max((buffer.len() * 4) as f64 / secs);
+    }
+    best
+}
+
+/// A sum in 8 independent lanes, so the compiler can vectorise it and the
+/// loop runs at the speed of memory, not of one addition after another.
+fn lane_sum(values: &[f32]) -> f32 {
+    let (blocks, tail) = values.as_chunks::<8>();
+    let mut acc = [0.0f32; 8];
+    for b in blocks {
+        for l in 0..8 {
+            acc[l] += b[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail.iter().sum::<f32>()
+}
+
+/// Everything `kvlab bench` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub machine: String,
+    pub threads: usize,
+    pub model: String,
+    pub n_params: usize,
+    pub prefill: Vec<Prefill>,
+    pub steps: Vec<StepLatency>,
+    /// Cached decode at the largest context: tokens/s.
+    pub decode_tok_s: f64,
+    /// Bytes that decode step reads (weights + KV), and the rate it achieved.
+    pub decode_bytes_per_token: f64,
+    pub decode_gb_s: f64,
+    /// Measured memory read bandwidth of this machine.
+    pub memory_gb_s: f64,
+    /// Fraction of the bandwidth roof that cached decode reaches.
+    pub decode_roofline_fraction: f64,
+}
+
+/// Runs the prefill and per-step measurements at the given lengths.
+pub fn run(
+    model: &Model,
+    model_name: &str,
+    prefill_lens: &[usize],
+    contexts: &[usize],
+    reps: usize,
+) -> Result<BenchReport> {
+    let prefill = prefill_lens
+        .iter()
+        .map(|&n| self::prefill(model, n, reps))
+        .collect::<Result<Vec<_>>>()?;
+    let steps = contexts
+        .iter()
+        .map(|&t| step_latency(model, t, reps))
+        .collect::<Result<Vec<_>>>()?;
+    let last = steps.last().cloned();
+    let (decode_tok_s, bytes, gb_s) = match &last {
+        Some(s) => {
+            let bytes = decode_bytes(model, s.context);
+            (1e3 / s.cached_ms, bytes, bytes / (s.cached_ms / 1e3) / 1e9)
+        }
+        None => (0.0, 0.0, 0.0),
+    };
+    let memory_gb_s = memory_bandwidth() / 1e9;
+    Ok(BenchReport {
+        machine: machine_name(),
+        threads: rayon::current_num_threads(),
+        model: model_name.to_string(),
+        n_params: model.n_params(),
+        prefill,
+        steps,
+        decode_tok_s,
+        decode_bytes_per_token: bytes,
+        decode_gb_s: gb_s,
+        memory_gb_s,
+        decode_roofline_fraction: gb_s / memory_gb_s,
+    })
+}
+
+/// The CPU model name from /proc/cpuinfo (or "unknown"), for figure captions.
+pub fn machine_name() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!("{cpu}, {} threads", rayon::current_num_threads())
+}
+
+/// The summary a learner reads (also printed by `cargo bench`).
+pub fn print_report(r: &BenchReport) {
+    println!("kvlab bench — {} ({} params) on {}", r.model, r.n_params, r.machine);
+    println!("\nprefill (预填充): the whole prompt in one pass — compute-bound");
+    println!("{:>8} {:>10} {:>10} {:>9}", "prompt", "TTFT ms", "tok/s", "GFLOP/s");
+    for p in &r.prefill {
+        println!("{:>8} {:>10.1} {:>10.1} {:>9.1}", p.prompt_len, p.ttft_ms, p.tok_s, p.gflop_s);
+    }
+    println!("\nper-token latency (解码 decode) at a given context: naive recompute vs KV cache");
+    println!("{:>8} {:>12} {:>12} {:>9}", "context", "naive ms", "cached ms", "speedup");
+    for s in &r.steps {
+        println!("{:>8} {:>12.1} {:>12.2} {:>8.1}x", s.context, s.naive_ms, s.cached_ms, s.speedup);
+    }
+    println!(
+        "\ncached decode: {:.1} tok/s, reading {:.0} MB per token = {:.1} GB/s of the {:.1} GB/s this machine reads ({:.0}% of the memory roof) — memory-bound",
+        r.decode_tok_s,
+        r.decode_bytes_per_token / 1e6,
+        r.decode_gb_s,
+        r.memory_gb_s,
+        100.0 * r.decode_roofline_fraction
+    );
+}
