@@ -19,7 +19,9 @@ fn model() -> Model {
 fn per_token(c: &mut Criterion) {
     let model = model();
     let mut group = c.benchmark_group("per_token");
-    group.sample_size(10).warm_up_time(Duration::from_millis(500));
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500));
     for context in [32, 128, 512] {
         let mut b = StepBench::new(&model, context).unwrap();
         group.bench_with_input(BenchmarkId::new("cached", context), &context, |bench, _| {
@@ -36,14 +38,20 @@ fn per_token(c: &mut Criterion) {
 fn prefill(c: &mut Criterion) {
     let model = model();
     let mut group = c.benchmark_group("prefill");
-    group.sample_size(10).measurement_time(Duration::from_secs(10));
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(10));
     for n in [128, 512] {
         let prompt = bench::synthetic_prompt(n, model.config.vocab_size);
         group.throughput(Throughput::Elements(n as u64));
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |bench, _| {
             bench.iter(|| {
                 let mut cache = kvlab::kv_cache::KvCache::new(&model.config, n);
-                black_box(model.forward(&prompt, kvlab::model::KvSource::Cache(&mut cache)).unwrap())
+                black_box(
+                    model
+                        .forward(&prompt, kvlab::model::KvSource::Cache(&mut cache))
+                        .unwrap(),
+                )
             })
         });
     }
@@ -55,8 +63,14 @@ fn summary() {
         return;
     }
     let model = model();
-    let report = bench::run(&model, "SmolLM2-135M shape, random weights", &[128, 512], &[32, 128, 512], 3)
-        .expect("bench runs on a valid model");
+    let report = bench::run(
+        &model,
+        "SmolLM2-135M shape, random weights",
+        &[128, 512],
+        &[32, 128, 512],
+        3,
+    )
+    .expect("bench runs on a valid model");
     println!();
     bench::print_report(&report);
 }

@@ -94,7 +94,9 @@ pub fn prefill(model: &Model, prompt_len: usize, reps: usize) -> Result<Prefill>
     let prompt = synthetic_prompt(prompt_len, model.config.vocab_size);
     let ttft_ms = median_ms(reps, || {
         let mut cache = KvCache::new(&model.config, prompt_len);
-        model.forward(&prompt, KvSource::Cache(&mut cache)).map(drop)
+        model
+            .forward(&prompt, KvSource::Cache(&mut cache))
+            .map(drop)
     })?;
     Ok(Prefill {
         prompt_len,
@@ -115,7 +117,8 @@ pub fn prefill_flops(model: &Model, n: usize) -> f64 {
     let layer_weights =
         (model.n_params() - model.embed.len() - model.final_norm.len() - untied_head) as f64;
     let pairs = (n * (n + 1) / 2) as f64;
-    let attention = 4.0 * (c.num_attention_heads * c.head_dim()) as f64 * pairs * c.num_hidden_layers as f64;
+    let attention =
+        4.0 * (c.num_attention_heads * c.head_dim()) as f64 * pairs * c.num_hidden_layers as f64;
     2.0 * layer_weights * n as f64 + 2.0 * lm_head as f64 + attention
 }
 
@@ -144,10 +147,7 @@ pub fn memory_bandwidth() -> f64 {
     let mut best = 0.0f64;
     for _ in 0..5 {
         let t = Instant::now();
-        let sum: f32 = buffer
-            .par_chunks(1 << 16)
-            .map(lane_sum)
-            .sum();
+        let sum: f32 = buffer.par_chunks(1 << 16).map(lane_sum).sum();
         let secs = t.elapsed().as_secs_f64();
         std::hint::black_box(sum);
         best = best.max((buffer.len() * 4) as f64 / secs);
@@ -244,16 +244,31 @@ pub fn machine_name() -> String {
 
 /// The summary a learner reads (also printed by `cargo bench`).
 pub fn print_report(r: &BenchReport) {
-    println!("kvlab bench — {} ({} params) on {}", r.model, r.n_params, r.machine);
+    println!(
+        "kvlab bench — {} ({} params) on {}",
+        r.model, r.n_params, r.machine
+    );
     println!("\nprefill (预填充): the whole prompt in one pass — compute-bound");
-    println!("{:>8} {:>10} {:>10} {:>9}", "prompt", "TTFT ms", "tok/s", "GFLOP/s");
+    println!(
+        "{:>8} {:>10} {:>10} {:>9}",
+        "prompt", "TTFT ms", "tok/s", "GFLOP/s"
+    );
     for p in &r.prefill {
-        println!("{:>8} {:>10.1} {:>10.1} {:>9.1}", p.prompt_len, p.ttft_ms, p.tok_s, p.gflop_s);
+        println!(
+            "{:>8} {:>10.1} {:>10.1} {:>9.1}",
+            p.prompt_len, p.ttft_ms, p.tok_s, p.gflop_s
+        );
     }
     println!("\nper-token latency (解码 decode) at a given context: naive recompute vs KV cache");
-    println!("{:>8} {:>12} {:>12} {:>9}", "context", "naive ms", "cached ms", "speedup");
+    println!(
+        "{:>8} {:>12} {:>12} {:>9}",
+        "context", "naive ms", "cached ms", "speedup"
+    );
     for s in &r.steps {
-        println!("{:>8} {:>12.1} {:>12.2} {:>8.1}x", s.context, s.naive_ms, s.cached_ms, s.speedup);
+        println!(
+            "{:>8} {:>12.1} {:>12.2} {:>8.1}x",
+            s.context, s.naive_ms, s.cached_ms, s.speedup
+        );
     }
     println!(
         "\ncached decode: {:.1} tok/s, reading {:.0} MB per token = {:.1} GB/s of the {:.1} GB/s this machine reads ({:.0}% of the memory roof) — memory-bound",

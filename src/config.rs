@@ -119,25 +119,26 @@ impl Config {
             }
         }
         let (n_heads, n_kv_heads) = (self.num_attention_heads, self.n_kv_heads());
-        if n_heads % n_kv_heads != 0 {
+        if !n_heads.is_multiple_of(n_kv_heads) {
             return bad(format!(
                 "num_attention_heads ({n_heads}) is not divisible by num_key_value_heads ({n_kv_heads}): \
                  each KV head must serve the same number of query heads"
             ));
         }
-        if self.head_dim.is_none() && self.hidden_size % n_heads != 0 {
+        if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(n_heads) {
             return bad(format!(
                 "hidden_size ({}) is not divisible by num_attention_heads ({n_heads}) and no head_dim is given",
                 self.hidden_size
             ));
         }
-        if self.head_dim() == 0 || self.head_dim() % 2 != 0 {
+        if self.head_dim() == 0 || !self.head_dim().is_multiple_of(2) {
             return bad(format!(
                 "head_dim ({}) must be even and positive: RoPE rotates pairs of dimensions",
                 self.head_dim()
             ));
         }
-        if !(self.rms_norm_eps > 0.0) || !(self.rope_theta > 0.0) {
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        if !positive(self.rms_norm_eps) || !positive(self.rope_theta) {
             return bad("rms_norm_eps and rope_theta must be positive".into());
         }
         if let Some(scaling) = &self.rope_scaling {

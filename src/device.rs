@@ -38,7 +38,9 @@ impl<'a> Backend<'a> {
         match device {
             Device::Cpu => Ok(Backend::Cpu(model)),
             #[cfg(feature = "cuda")]
-            Device::Cuda => Ok(Backend::Cuda(crate::cuda::GpuModel::upload(model, gpu_dtype)?)),
+            Device::Cuda => Ok(Backend::Cuda(crate::cuda::GpuModel::upload(
+                model, gpu_dtype,
+            )?)),
             #[cfg(not(feature = "cuda"))]
             Device::Cuda => {
                 let _ = gpu_dtype;
@@ -80,4 +82,3 @@ impl<'a> Backend<'a> {
         }
     }
 }
-

@@ -73,7 +73,7 @@ pub enum Error {
     #[error("token id {id} is outside the vocabulary (size {vocab_size})")]
     TokenOutOfRange { id: u32, vocab_size: usize },
 
-    #[error("{path}: not a GGUF file ({msg})")]
+    #[error("{path}: cannot import this GGUF file: {msg}")]
     Gguf { path: PathBuf, msg: String },
 
     #[error("invalid argument: {0}")]

@@ -64,7 +64,8 @@ impl Decoder for Cached<'_> {
         self.model.forward(prompt, KvSource::Cache(&mut self.cache))
     }
     fn step(&mut self, token: u32) -> Result<Vec<f32>> {
-        self.model.forward(&[token], KvSource::Cache(&mut self.cache))
+        self.model
+            .forward(&[token], KvSource::Cache(&mut self.cache))
     }
     fn kv_bytes(&self) -> (usize, usize) {
         (self.cache.bytes_allocated(), self.cache.bytes_used())

@@ -137,10 +137,12 @@ fn shard_files(index_path: &Path) -> Result<Vec<PathBuf>> {
         path: index_path.to_path_buf(),
         msg: e.to_string(),
     })?;
-    let map = json["weight_map"].as_object().ok_or_else(|| Error::Config {
-        path: index_path.to_path_buf(),
-        msg: "no `weight_map` object".into(),
-    })?;
+    let map = json["weight_map"]
+        .as_object()
+        .ok_or_else(|| Error::Config {
+            path: index_path.to_path_buf(),
+            msg: "no `weight_map` object".into(),
+        })?;
     let dir = index_path.parent().unwrap_or(Path::new("."));
     let mut files: Vec<PathBuf> = map
         .values()
@@ -221,13 +223,31 @@ pub fn save_model(model: &Model, dir: &Path) -> Result<()> {
     // Linear weights go back to PyTorch's [d_out, d_in].
     for (l, layer) in model.layers.iter().enumerate() {
         let p = format!("model.layers.{l}");
-        put(format!("{p}.self_attn.q_proj.weight"), &transpose(&layer.wq));
-        put(format!("{p}.self_attn.k_proj.weight"), &transpose(&layer.wk));
-        put(format!("{p}.self_attn.v_proj.weight"), &transpose(&layer.wv));
-        put(format!("{p}.self_attn.o_proj.weight"), &transpose(&layer.wo));
-        put(format!("{p}.mlp.gate_proj.weight"), &transpose(&layer.w_gate));
+        put(
+            format!("{p}.self_attn.q_proj.weight"),
+            &transpose(&layer.wq),
+        );
+        put(
+            format!("{p}.self_attn.k_proj.weight"),
+            &transpose(&layer.wk),
+        );
+        put(
+            format!("{p}.self_attn.v_proj.weight"),
+            &transpose(&layer.wv),
+        );
+        put(
+            format!("{p}.self_attn.o_proj.weight"),
+            &transpose(&layer.wo),
+        );
+        put(
+            format!("{p}.mlp.gate_proj.weight"),
+            &transpose(&layer.w_gate),
+        );
         put(format!("{p}.mlp.up_proj.weight"), &transpose(&layer.w_up));
-        put(format!("{p}.mlp.down_proj.weight"), &transpose(&layer.w_down));
+        put(
+            format!("{p}.mlp.down_proj.weight"),
+            &transpose(&layer.w_down),
+        );
     }
     put("model.embed_tokens.weight".into(), &model.embed);
     if !model.tied_embeddings {
@@ -239,7 +259,10 @@ pub fn save_model(model: &Model, dir: &Path) -> Result<()> {
     for (l, layer) in model.layers.iter().enumerate() {
         let p = format!("model.layers.{l}");
         put_vec(format!("{p}.input_layernorm.weight"), &layer.attn_norm);
-        put_vec(format!("{p}.post_attention_layernorm.weight"), &layer.mlp_norm);
+        put_vec(
+            format!("{p}.post_attention_layernorm.weight"),
+            &layer.mlp_norm,
+        );
         for (name, bias) in [("q", &layer.bq), ("k", &layer.bk), ("v", &layer.bv)] {
             if let Some(b) = bias {
                 put_vec(format!("{p}.self_attn.{name}_proj.bias"), b);

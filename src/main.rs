@@ -17,7 +17,11 @@ use std::path::PathBuf;
 const DEFAULT_MODEL: &str = "models/smollm2-135m-instruct";
 
 #[derive(Parser)]
-#[command(name = "kvlab", version, about = "Why the first token is slow and the rest are fast: a Llama forward pass, naive and KV-cached")]
+#[command(
+    name = "kvlab",
+    version,
+    about = "Why the first token is slow and the rest are fast: a Llama forward pass, naive and KV-cached"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -49,13 +53,16 @@ struct PromptArgs {
     #[arg(long)]
     random_weights: bool,
     /// The prompt text.
-    #[arg(long, required_unless_present = "prompt_len", conflicts_with = "prompt_len")]
+    #[arg(long, required_unless_present_any = ["prompt_len", "prompt_file"], conflicts_with_all = ["prompt_len", "prompt_file"])]
     prompt: Option<String>,
+    /// Read the prompt text from a file.
+    #[arg(long, conflicts_with = "prompt_len")]
+    prompt_file: Option<PathBuf>,
     /// A synthetic prompt of this many token ids (for measurements at a chosen length).
     #[arg(long)]
     prompt_len: Option<usize>,
     /// Wrap the prompt in the model's chat template, as a user message.
-    #[arg(long, requires = "prompt")]
+    #[arg(long)]
     chat: bool,
     /// System message for --chat (else the template's default, if any).
     #[arg(long, requires = "chat")]
@@ -208,7 +215,16 @@ fn load(args: &PromptArgs) -> Result<(Model, Option<Tokenizer>, Vec<u32>)> {
         let tokenizer = Tokenizer::from_dir(&args.model)?;
         (loader::load_model(&args.model)?, Some(tokenizer))
     };
-    let prompt_ids = match (&args.prompt, args.prompt_len, &tokenizer) {
+    let prompt = match &args.prompt_file {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?),
+        None => args.prompt.clone(),
+    };
+    if args.chat && prompt.is_none() {
+        return Err(Error::InvalidArgument(
+            "--chat needs a text prompt (--prompt or --prompt-file)".into(),
+        ));
+    }
+    let prompt_ids = match (&prompt, args.prompt_len, &tokenizer) {
         (_, Some(n), _) => kvlab::bench::synthetic_prompt(n, model.config.vocab_size),
         (Some(prompt), None, Some(tokenizer)) => {
             let text = if args.chat {
@@ -316,8 +332,19 @@ fn human_bytes(bytes: usize) -> String {
 fn cmd_compare(args: CompareArgs) -> Result<()> {
     let (model, tokenizer, prompt_ids) = load(&args.prompt)?;
     let opts = options(&args.prompt, &model, PathKind::Cached);
-    let backend = Backend::new(args.prompt.device.device, &model, args.prompt.device.gpu_dtype)?;
-    run_compare(&backend, &model, tokenizer.as_ref(), &prompt_ids, &opts, args.prompt.json)
+    let backend = Backend::new(
+        args.prompt.device.device,
+        &model,
+        args.prompt.device.gpu_dtype,
+    )?;
+    run_compare(
+        &backend,
+        &model,
+        tokenizer.as_ref(),
+        &prompt_ids,
+        &opts,
+        args.prompt.json,
+    )
 }
 
 fn run_compare(
@@ -457,12 +484,7 @@ fn cmd_import(args: ImportArgs) -> Result<()> {
         ImportDtype::Bf16 => kvlab::gguf::OutDtype::Bf16,
     };
     let report = kvlab::gguf::import_gguf(&args.gguf, &args.out_dir, dtype)?;
-    println!(
-        "imported {} tensors into {} ({} bytes written)",
-        report.n_tensors,
-        report.out_dir.display(),
-        report.bytes_written
-    );
+    println!("{report}");
     Ok(())
 }
 
@@ -477,7 +499,8 @@ fn cmd_demo(args: DemoArgs) -> Result<()> {
     let seed = 0;
     let (model, tokenizer, prompt_ids) = if args.model.join("config.json").exists() {
         let tokenizer = Tokenizer::from_dir(&args.model)?;
-        let ids = tokenizer.encode(&tokenizer.apply_chat_template(&[Message::new("user", DEMO_PROMPT)])?)?;
+        let ids = tokenizer
+            .encode(&tokenizer.apply_chat_template(&[Message::new("user", DEMO_PROMPT)])?)?;
         (loader::load_model(&args.model)?, Some(tokenizer), ids)
     } else {
         eprintln!(
@@ -503,9 +526,15 @@ fn cmd_demo(args: DemoArgs) -> Result<()> {
         },
     };
     let backend = Backend::new(args.device.device, &model, args.device.gpu_dtype)?;
-    run_compare(&backend, &model, tokenizer.as_ref(), &prompt_ids, &opts, args.json)
+    run_compare(
+        &backend,
+        &model,
+        tokenizer.as_ref(),
+        &prompt_ids,
+        &opts,
+        args.json,
+    )
 }
-
 
 fn cmd_bench(args: BenchArgs) -> Result<()> {
     let (model, name) = match &args.model {
@@ -515,7 +544,13 @@ fn cmd_bench(args: BenchArgs) -> Result<()> {
             "SmolLM2-135M shape, random weights".to_string(),
         ),
     };
-    let longest = args.prefill.iter().chain(&args.contexts).max().copied().unwrap_or(0);
+    let longest = args
+        .prefill
+        .iter()
+        .chain(&args.contexts)
+        .max()
+        .copied()
+        .unwrap_or(0);
     if longest + 1 > model.config.max_position_embeddings {
         return Err(Error::PromptTooLong {
             prompt_len: longest + 1,

@@ -109,7 +109,10 @@ impl Model {
         let c = &self.config;
         let (dim, n) = (c.hidden_size, tokens.len());
         let heads = self.heads();
-        let (q_dim, kv_dim) = (heads.n_heads * heads.head_dim, heads.n_kv_heads * heads.head_dim);
+        let (q_dim, kv_dim) = (
+            heads.n_heads * heads.head_dim,
+            heads.n_kv_heads * heads.head_dim,
+        );
         if n == 0 {
             return Err(Error::EmptyPrompt);
         }
@@ -160,14 +163,23 @@ impl Model {
             let mut q = linear(&xb, &layer.wq); // [n, n_heads * head_dim]
             let mut k = linear(&xb, &layer.wk); // [n, n_kv_heads * head_dim]
             let mut v = linear(&xb, &layer.wv); // [n, n_kv_heads * head_dim]
-            for (bias, t) in [(&layer.bq, &mut q), (&layer.bk, &mut k), (&layer.bv, &mut v)] {
+            for (bias, t) in [
+                (&layer.bq, &mut q),
+                (&layer.bk, &mut k),
+                (&layer.bv, &mut v),
+            ] {
                 if let Some(b) = bias {
                     ops::add_bias(t, s(b));
                 }
             }
             for (i, (cos, sin)) in rope.iter().enumerate() {
                 ops::apply_rope(&mut q[i * q_dim..(i + 1) * q_dim], heads.head_dim, cos, sin);
-                ops::apply_rope(&mut k[i * kv_dim..(i + 1) * kv_dim], heads.head_dim, cos, sin);
+                ops::apply_rope(
+                    &mut k[i * kv_dim..(i + 1) * kv_dim],
+                    heads.head_dim,
+                    cos,
+                    sin,
+                );
             }
             // The only line where the two paths differ.
             let attn = match kv {
@@ -197,7 +209,12 @@ impl Model {
     /// Final RMSNorm and LM head for one hidden state `[dim]` → logits `[vocab]`.
     pub fn logits(&self, hidden: &[f32]) -> Vec<f32> {
         let mut normed = vec![0.0f32; hidden.len()];
-        ops::rmsnorm(hidden, s(&self.final_norm), self.config.rms_norm_eps as f32, &mut normed);
+        ops::rmsnorm(
+            hidden,
+            s(&self.final_norm),
+            self.config.rms_norm_eps as f32,
+            &mut normed,
+        );
         let (dim, vocab) = self.lm_head.dim();
         let mut logits = vec![0.0f32; vocab];
         ops::matmul(&normed, s(&self.lm_head), &mut logits, dim, vocab);

@@ -64,7 +64,11 @@ pub fn matmul(x: &[f32], w: &[f32], out: &mut [f32], d_in: usize, d_out: usize) 
     assert_eq!(out.len(), n * d_out, "out is not [n, d_out]");
     if n < 2 * PREFILL_ROWS {
         // Decode: one row at a time, its output columns split across threads.
-        let cols_per_task = 2048.min(d_out.div_ceil(rayon::current_num_threads()).next_multiple_of(16));
+        let cols_per_task = 2048.min(
+            d_out
+                .div_ceil(rayon::current_num_threads())
+                .next_multiple_of(16),
+        );
         for (x_row, out_row) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(d_out)) {
             out_row
                 .par_chunks_mut(cols_per_task)
@@ -86,7 +90,10 @@ pub fn matmul(x: &[f32], w: &[f32], out: &mut [f32], d_in: usize, d_out: usize) 
                     let width = PREFILL_COLS.min(d_out - j0);
                     let tile = &mut out_cols[..x_rows.len() / d_in * width];
                     matmul_rows::<PREFILL_ROWS, PREFILL_COLS>(x_rows, w, tile, j0, d_out);
-                    for (dst, src) in out_rows.chunks_exact_mut(d_out).zip(tile.chunks_exact(width)) {
+                    for (dst, src) in out_rows
+                        .chunks_exact_mut(d_out)
+                        .zip(tile.chunks_exact(width))
+                    {
                         dst[j0..j0 + width].copy_from_slice(src);
                     }
                 }

@@ -41,7 +41,11 @@ impl Model {
             ]);
         }
         // Scaled up so logits spread over a few units, as a trained model's do.
-        let embed = matrix(dim, c.vocab_size).reversed_axes().as_standard_layout().into_owned() * 4.0;
+        let embed = matrix(dim, c.vocab_size)
+            .reversed_axes()
+            .as_standard_layout()
+            .into_owned()
+            * 4.0;
         let lm_head = if c.tie_word_embeddings {
             crate::loader::transpose(&embed)
         } else {

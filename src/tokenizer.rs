@@ -108,9 +108,15 @@ impl Tokenizer {
             )
         })?;
         let mut env = minijinja::Environment::new();
-        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-        });
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> std::result::Result<String, minijinja::Error> {
+                Err(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    msg,
+                ))
+            },
+        );
         env.add_template("chat", template)
             .map_err(|e| Error::ChatTemplate(e.to_string()))?;
         let ctx = minijinja::context! {

@@ -58,7 +58,10 @@ fn truncated_safetensors() {
     for keep in [0, 7, 100, bytes.len() / 2, bytes.len() - 1] {
         std::fs::write(&path, &bytes[..keep]).unwrap();
         let err = expect_err(load_model(dir.path()));
-        assert!(matches!(err, Error::Safetensors { .. }), "{keep} bytes: {err}");
+        assert!(
+            matches!(err, Error::Safetensors { .. }),
+            "{keep} bytes: {err}"
+        );
         assert!(err.to_string().contains("truncated"), "{err}");
     }
 }
@@ -81,7 +84,12 @@ fn replace_tensor(dir: &Path, name: &str, dtype: safetensors::Dtype, shape: Vec<
     }
     let views: Vec<_> = owned
         .iter()
-        .map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap()))
+        .map(|(n, d, s, b)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap(),
+            )
+        })
         .collect();
     safetensors::serialize_to_file(views, None, &path).unwrap();
 }
@@ -91,7 +99,12 @@ fn tensor_with_the_wrong_shape() {
     let dir = tempfile::tempdir().unwrap();
     saved_tiny_model(dir.path());
     // k_proj of a 2-KV-head model is [16, 32]; pretend it was MHA.
-    replace_tensor(dir.path(), "model.layers.1.self_attn.k_proj.weight", safetensors::Dtype::F32, vec![32, 32]);
+    replace_tensor(
+        dir.path(),
+        "model.layers.1.self_attn.k_proj.weight",
+        safetensors::Dtype::F32,
+        vec![32, 32],
+    );
     let err = expect_err(load_model(dir.path()));
     assert!(
         matches!(&err, Error::TensorShape { name, expected, got }
@@ -104,7 +117,12 @@ fn tensor_with_the_wrong_shape() {
 fn tensor_with_an_unsupported_dtype() {
     let dir = tempfile::tempdir().unwrap();
     saved_tiny_model(dir.path());
-    replace_tensor(dir.path(), "model.norm.weight", safetensors::Dtype::I32, vec![32]);
+    replace_tensor(
+        dir.path(),
+        "model.norm.weight",
+        safetensors::Dtype::I32,
+        vec![32],
+    );
     let err = expect_err(load_model(dir.path()));
     assert!(matches!(err, Error::TensorDtype { .. }), "{err}");
     assert!(err.to_string().contains("model.norm.weight"));
@@ -117,7 +135,10 @@ fn missing_tensor() {
     model.layers.truncate(1);
     save_model(&model, dir.path()).unwrap(); // config still says 2 layers
     let err = expect_err(load_model(dir.path()));
-    assert!(matches!(&err, Error::MissingTensor { name } if name.starts_with("model.layers.1.")), "{err}");
+    assert!(
+        matches!(&err, Error::MissingTensor { name } if name.starts_with("model.layers.1.")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -125,7 +146,8 @@ fn heads_not_divisible_by_kv_heads() {
     let dir = tempfile::tempdir().unwrap();
     saved_tiny_model(dir.path());
     let path = dir.path().join("config.json");
-    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     config["num_key_value_heads"] = 3.into();
     std::fs::write(&path, config.to_string()).unwrap();
     let err = expect_err(load_model(dir.path()));
@@ -161,17 +183,29 @@ fn requests_that_do_not_fit_the_context() {
 
         let long = vec![1u32; ctx + 1];
         let err = expect_err(generate(&model, &long, &opts(4, path), |_| {}));
-        assert!(matches!(err, Error::PromptTooLong { prompt_len, max_seq_len } if prompt_len == ctx + 1 && max_seq_len == ctx), "{err}");
+        assert!(
+            matches!(err, Error::PromptTooLong { prompt_len, max_seq_len } if prompt_len == ctx + 1 && max_seq_len == ctx),
+            "{err}"
+        );
 
         let err = expect_err(generate(&model, &[1, 2, 3], &opts(ctx, path), |_| {}));
         assert!(matches!(err, Error::ContextOverflow { .. }), "{err}");
         assert!(err.to_string().contains("at most 253"), "{err}");
 
         let err = expect_err(generate(&model, &[1, 2, 99], &opts(2, path), |_| {}));
-        assert!(matches!(err, Error::TokenOutOfRange { id: 99, .. }), "{err}");
+        assert!(
+            matches!(err, Error::TokenOutOfRange { id: 99, .. }),
+            "{err}"
+        );
     }
     // Exactly filling the context is fine.
-    let g = generate(&model, &vec![1u32; ctx - 2], &opts(2, PathKind::Cached), |_| {}).unwrap();
+    let g = generate(
+        &model,
+        &vec![1u32; ctx - 2],
+        &opts(2, PathKind::Cached),
+        |_| {},
+    )
+    .unwrap();
     assert_eq!(g.generated_ids.len(), 2);
 }
 
@@ -180,7 +214,12 @@ fn bad_sampling_parameters() {
     let model = Model::random(common::tiny_config(1, 2, 1, 8, 64), 1).unwrap();
     for (temperature, top_p) in [(-1.0, 1.0), (f32::NAN, 1.0), (1.0, 0.0), (1.0, 1.5)] {
         let mut o = opts(2, PathKind::Cached);
-        o.sampler = SamplerConfig { temperature, top_k: 0, top_p, seed: 0 };
+        o.sampler = SamplerConfig {
+            temperature,
+            top_k: 0,
+            top_p,
+            seed: 0,
+        };
         let err = expect_err(generate(&model, &[1, 2], &o, |_| {}));
         assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     }

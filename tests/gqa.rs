@@ -13,9 +13,17 @@ use ndarray::{concatenate, Array1, Array2, Axis};
 fn repeat_heads(w: &Array2<f32>, head_dim: usize, kv_mul: usize) -> Array2<f32> {
     let n_kv = w.ncols() / head_dim;
     let blocks: Vec<_> = (0..n_kv * kv_mul)
-        .map(|h| w.slice(ndarray::s![.., (h / kv_mul) * head_dim..(h / kv_mul + 1) * head_dim]))
+        .map(|h| {
+            w.slice(ndarray::s![
+                ..,
+                (h / kv_mul) * head_dim..(h / kv_mul + 1) * head_dim
+            ])
+        })
         .collect();
-    concatenate(Axis(1), &blocks).unwrap().as_standard_layout().into_owned()
+    concatenate(Axis(1), &blocks)
+        .unwrap()
+        .as_standard_layout()
+        .into_owned()
 }
 
 fn repeat_bias(b: &Array1<f32>, head_dim: usize, kv_mul: usize) -> Array1<f32> {
@@ -104,7 +112,11 @@ fn gqa_actually_shares_kv_heads() {
         .slice_mut(ndarray::s![.., 8..16])
         .mapv_inplace(|v| v * 1.5);
     let prompt = [3, 1, 4, 1, 5];
-    let base = model.forward(&prompt, kvlab::model::KvSource::ThisPass).unwrap();
-    let other = changed.forward(&prompt, kvlab::model::KvSource::ThisPass).unwrap();
+    let base = model
+        .forward(&prompt, kvlab::model::KvSource::ThisPass)
+        .unwrap();
+    let other = changed
+        .forward(&prompt, kvlab::model::KvSource::ThisPass)
+        .unwrap();
     assert_ne!(base, other);
 }

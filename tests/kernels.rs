@@ -9,7 +9,9 @@ fn close(a: f32, b: f64, tol: f64) -> bool {
 #[test]
 fn rope_matches_the_direct_cos_sin_formula() {
     let (head_dim, theta) = (64, 100000.0f64);
-    let x: Vec<f32> = (0..2 * head_dim).map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0).collect();
+    let x: Vec<f32> = (0..2 * head_dim)
+        .map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0)
+        .collect();
     for pos in [0usize, 1, 7, 300, 8191] {
         let (cos, sin) = ops::rope_cos_sin(pos, head_dim, theta);
         let mut rotated = x.clone();
@@ -22,8 +24,14 @@ fn rope_matches_the_direct_cos_sin_formula() {
                 // Pair (i, i + half) is the complex number h[i] + j h[i+half], turned by angle pos·θ^(-2i/d).
                 let angle = pos as f64 * theta.powf(-2.0 * i as f64 / head_dim as f64);
                 let (a, b) = (h[i] as f64, h[i + half] as f64);
-                assert!(close(r[i], a * angle.cos() - b * angle.sin(), 1e-5), "pos {pos} i {i}");
-                assert!(close(r[i + half], b * angle.cos() + a * angle.sin(), 1e-5), "pos {pos} i {i}");
+                assert!(
+                    close(r[i], a * angle.cos() - b * angle.sin(), 1e-5),
+                    "pos {pos} i {i}"
+                );
+                assert!(
+                    close(r[i + half], b * angle.cos() + a * angle.sin(), 1e-5),
+                    "pos {pos} i {i}"
+                );
             }
         }
         if pos == 0 {
@@ -84,15 +92,30 @@ fn softmax_survives_large_logits() {
 #[test]
 fn matmul_matches_f64_reference_at_awkward_sizes() {
     // Sizes that are not multiples of the 6-row or 16/64-column tiles.
-    for (n, d_in, d_out) in [(1, 7, 5), (1, 576, 1539), (5, 33, 17), (13, 64, 100), (37, 19, 70)] {
-        let x: Vec<f32> = (0..n * d_in).map(|i| ((i * 7919 % 23) as f32 - 11.0) / 7.0).collect();
-        let w: Vec<f32> = (0..d_in * d_out).map(|i| ((i * 104729 % 31) as f32 - 15.0) / 13.0).collect();
+    for (n, d_in, d_out) in [
+        (1, 7, 5),
+        (1, 576, 1539),
+        (5, 33, 17),
+        (13, 64, 100),
+        (37, 19, 70),
+    ] {
+        let x: Vec<f32> = (0..n * d_in)
+            .map(|i| ((i * 7919 % 23) as f32 - 11.0) / 7.0)
+            .collect();
+        let w: Vec<f32> = (0..d_in * d_out)
+            .map(|i| ((i * 104729 % 31) as f32 - 15.0) / 13.0)
+            .collect();
         let mut out = vec![0.0; n * d_out];
         ops::matmul(&x, &w, &mut out, d_in, d_out);
         for r in 0..n {
             for j in 0..d_out {
-                let expected: f64 = (0..d_in).map(|k| x[r * d_in + k] as f64 * w[k * d_out + j] as f64).sum();
-                assert!(close(out[r * d_out + j], expected, 1e-4), "n={n} d_in={d_in} d_out={d_out} at ({r},{j})");
+                let expected: f64 = (0..d_in)
+                    .map(|k| x[r * d_in + k] as f64 * w[k * d_out + j] as f64)
+                    .sum();
+                assert!(
+                    close(out[r * d_out + j], expected, 1e-4),
+                    "n={n} d_in={d_in} d_out={d_out} at ({r},{j})"
+                );
             }
         }
     }
@@ -103,14 +126,20 @@ fn matmul_is_row_independent() {
     // A row computed alone (decode) and inside a batch of 50 (prefill): the same bits.
     let (n, d_in, d_out) = (50, 96, 200);
     let x: Vec<f32> = (0..n * d_in).map(|i| ((i as f32) * 0.7311).sin()).collect();
-    let w: Vec<f32> = (0..d_in * d_out).map(|i| ((i as f32) * 0.1213).cos()).collect();
+    let w: Vec<f32> = (0..d_in * d_out)
+        .map(|i| ((i as f32) * 0.1213).cos())
+        .collect();
     let mut batch = vec![0.0; n * d_out];
     ops::matmul(&x, &w, &mut batch, d_in, d_out);
     for r in [0, 5, 6, 17, 49] {
         let mut single = vec![0.0; d_out];
         ops::matmul(&x[r * d_in..(r + 1) * d_in], &w, &mut single, d_in, d_out);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&single), bits(&batch[r * d_out..(r + 1) * d_out]), "row {r}");
+        assert_eq!(
+            bits(&single),
+            bits(&batch[r * d_out..(r + 1) * d_out]),
+            "row {r}"
+        );
     }
 }
 

@@ -33,7 +33,14 @@ fn smollm2_per_token_cost() {
     };
     assert_eq!(shape.bytes_per_token(), 23_040);
     // Without GQA (9 KV heads, one per query head) it would be 3x as much.
-    assert_eq!(KvShape { kv_heads: 9, ..shape }.bytes_per_token(), 3 * 23_040);
+    assert_eq!(
+        KvShape {
+            kv_heads: 9,
+            ..shape
+        }
+        .bytes_per_token(),
+        3 * 23_040
+    );
 }
 
 #[test]
@@ -60,7 +67,9 @@ fn used_bytes_follow_the_tokens() {
     let model = Model::random(config.clone(), 1).unwrap();
     let mut cache = KvCache::new(&config, 10);
     let per_token = 2 * 2 * 2 * 8 * 4;
-    model.forward(&[1, 2, 3], KvSource::Cache(&mut cache)).unwrap();
+    model
+        .forward(&[1, 2, 3], KvSource::Cache(&mut cache))
+        .unwrap();
     assert_eq!(cache.bytes_used(), 3 * per_token);
     model.forward(&[4], KvSource::Cache(&mut cache)).unwrap();
     assert_eq!(cache.bytes_used(), 4 * per_token);
@@ -72,10 +81,21 @@ fn a_full_cache_is_an_error_and_stays_intact() {
     let config = common::tiny_config(2, 4, 2, 8, 64);
     let model = Model::random(config.clone(), 1).unwrap();
     let mut cache = KvCache::new(&config, 4);
-    let logits = model.forward(&[1, 2, 3], KvSource::Cache(&mut cache)).unwrap();
-    let err = model.forward(&[4, 5], KvSource::Cache(&mut cache)).unwrap_err();
+    let logits = model
+        .forward(&[1, 2, 3], KvSource::Cache(&mut cache))
+        .unwrap();
+    let err = model
+        .forward(&[4, 5], KvSource::Cache(&mut cache))
+        .unwrap_err();
     assert!(
-        matches!(err, Error::CacheFull { capacity: 4, used: 3, requested: 2 }),
+        matches!(
+            err,
+            Error::CacheFull {
+                capacity: 4,
+                used: 3,
+                requested: 2
+            }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("KV cache full"));

@@ -14,13 +14,29 @@ use proptest::prelude::*;
 
 /// Random small shapes: 1-3 layers, n_kv_heads dividing n_heads (MHA, GQA, MQA), even head_dim.
 fn config_strategy() -> impl Strategy<Value = Config> {
-    (1usize..=3, 1usize..=4, 1usize..=4, 1usize..=4, 32usize..=512, any::<bool>(), any::<bool>())
-        .prop_map(|(layers, n_kv_heads, group, half_head, vocab, tied, bias)| {
-            let mut c = tiny_config(layers, n_kv_heads * group, n_kv_heads, 2 * half_head * 2, vocab);
-            c.tie_word_embeddings = tied;
-            c.attention_bias = bias;
-            c
-        })
+    (
+        1usize..=3,
+        1usize..=4,
+        1usize..=4,
+        1usize..=4,
+        32usize..=512,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(layers, n_kv_heads, group, half_head, vocab, tied, bias)| {
+                let mut c = tiny_config(
+                    layers,
+                    n_kv_heads * group,
+                    n_kv_heads,
+                    2 * half_head * 2,
+                    vocab,
+                );
+                c.tie_word_embeddings = tied;
+                c.attention_bias = bias;
+                c
+            },
+        )
 }
 
 fn tokens(vocab: usize, len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<u32>> {

@@ -23,7 +23,10 @@ const MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/smollm2-135
 const LOGIT_TOL: f32 = 1e-3;
 
 fn fixture() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/smollm2-135m-instruct.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/smollm2-135m-instruct.json"
+    );
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -46,7 +49,11 @@ fn model() -> Option<&'static (Model, Tokenizer)> {
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 fn greedy(max_new_tokens: usize, path: PathKind) -> GenerateOptions {
@@ -68,21 +75,34 @@ fn greedy_tokens_and_top5_logits_match_transformers() {
         let expected = ids(&case["greedy_ids"]);
         let max_new = fx["max_new_tokens"].as_u64().unwrap() as usize;
         let g = generate(model, &prompt, &greedy(max_new, PathKind::Cached), |_| {}).unwrap();
-        assert_eq!(g.generated_ids, expected, "case {name}: greedy tokens differ");
+        assert_eq!(
+            g.generated_ids, expected,
+            "case {name}: greedy tokens differ"
+        );
 
         // Top-5 logits of the first steps, teacher-forced on the reference tokens.
         let mut cache = kvlab::kv_cache::KvCache::new(&model.config, prompt.len() + 8);
         let mut logits = model.forward(&prompt, KvSource::Cache(&mut cache)).unwrap();
-        for (step, top5) in case["top5_logits_first_4_steps"].as_array().unwrap().iter().enumerate() {
+        for (step, top5) in case["top5_logits_first_4_steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
             for pair in top5.as_array().unwrap() {
-                let (id, want) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
+                let (id, want) = (
+                    pair[0].as_u64().unwrap() as usize,
+                    pair[1].as_f64().unwrap() as f32,
+                );
                 let got = logits[id];
                 assert!(
                     (got - want).abs() <= LOGIT_TOL,
                     "case {name} step {step} token {id}: logit {got} vs transformers {want}"
                 );
             }
-            logits = model.forward(&[expected[step]], KvSource::Cache(&mut cache)).unwrap();
+            logits = model
+                .forward(&[expected[step]], KvSource::Cache(&mut cache))
+                .unwrap();
         }
     }
 }
@@ -102,7 +122,9 @@ fn naive_path_also_matches_transformers() {
 
 #[test]
 fn tokenizer_matches_transformers() {
-    let Some((_, tokenizer)) = model() else { return };
+    let Some((_, tokenizer)) = model() else {
+        return;
+    };
     let fx = fixture();
     for case in fx["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
@@ -115,9 +137,17 @@ fn tokenizer_matches_transformers() {
                 .iter()
                 .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
                 .collect();
-            assert_eq!(tokenizer.apply_chat_template(&messages).unwrap(), text, "case {name}: chat template");
+            assert_eq!(
+                tokenizer.apply_chat_template(&messages).unwrap(),
+                text,
+                "case {name}: chat template"
+            );
         }
-        assert_eq!(tokenizer.encode(text).unwrap(), ids(&case["prompt_ids"]), "case {name}: prompt ids");
+        assert_eq!(
+            tokenizer.encode(text).unwrap(),
+            ids(&case["prompt_ids"]),
+            "case {name}: prompt ids"
+        );
         let generated = ids(&case["greedy_ids"]);
         assert_eq!(
             tokenizer.decode(&generated).unwrap(),
