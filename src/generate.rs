@@ -132,6 +132,8 @@ pub struct Generation {
     pub kv_cache_bytes: usize,
     /// KV cache bytes holding live positions at the end.
     pub kv_cache_bytes_used: usize,
+    /// KV cache bytes holding live positions after each token (the seed's §4.2 trace).
+    pub token_kv_bytes_used: Vec<usize>,
 }
 
 /// Checks a request against the model's context before any work is done.
@@ -189,12 +191,14 @@ pub fn generate_with(
     let mut sampler = Sampler::new(opts.sampler);
     let mut generated = Vec::with_capacity(opts.max_new_tokens);
     let mut token_ms = Vec::with_capacity(opts.max_new_tokens);
+    let mut token_kv_bytes_used = Vec::with_capacity(opts.max_new_tokens);
 
     // Prefill: the whole prompt in one pass. Its end is the first token: TTFT.
     let start = Instant::now();
     let logits = decoder.prefill(prompt)?;
     let mut token = sampler.sample(&logits);
     token_ms.push(start.elapsed().as_secs_f64() * 1e3);
+    token_kv_bytes_used.push(decoder.kv_bytes().1);
     generated.push(token);
     on_token(token);
 
@@ -212,6 +216,7 @@ pub fn generate_with(
         let logits = decoder.step(token)?;
         token = sampler.sample(&logits);
         token_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
+        token_kv_bytes_used.push(decoder.kv_bytes().1);
         generated.push(token);
         on_token(token);
     }
@@ -244,5 +249,6 @@ pub fn generate_with(
         token_ms,
         kv_cache_bytes,
         kv_cache_bytes_used,
+        token_kv_bytes_used,
     })
 }

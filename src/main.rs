@@ -469,10 +469,11 @@ fn cmd_kv_size(args: KvSizeArgs) -> Result<()> {
         human_bytes(report.bytes_per_token)
     );
     println!(
-        "x {} tokens x {} sequence(s) = {} bytes ({})",
+        "x {} tokens x {} sequence(s) = {} bytes ({:.2} GB, {})",
         args.seq_len,
         args.batch,
         bytes,
+        bytes as f64 / 1e9,
         human_bytes(bytes)
     );
     Ok(())

@@ -1,0 +1,163 @@
+//! The `kvlab` binary: JSON reports carry the promised fields, bad input exits
+//! non-zero with a message (never a panic).
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn kvlab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvlab"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the kvlab binary runs")
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = kvlab(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let out = kvlab(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(needle),
+        "{args:?}: expected {needle:?} in {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn kv_size_reproduces_the_seed() {
+    let base = [
+        "kv-size",
+        "--layers",
+        "32",
+        "--kv-heads",
+        "32",
+        "--head-dim",
+        "128",
+        "--dtype",
+        "bf16",
+        "--json",
+    ];
+    let r = json(&[&base[..], &["--seq-len", "2048"]].concat());
+    assert_eq!(r["bytes"], 1_073_741_824u64);
+    assert_eq!(r["bytes_per_token"], 524_288);
+    let r = json(&[&base[..], &["--seq-len", "32768"]].concat());
+    assert_eq!(r["bytes"], 17_179_869_184u64);
+    let r = json(&[&base[..], &["--seq-len", "2048", "--batch", "8"]].concat());
+    assert_eq!(r["bytes"], 8 * 1_073_741_824u64);
+}
+
+#[test]
+fn generate_json_has_the_figures() {
+    let r = json(&[
+        "generate",
+        "--random-weights",
+        "--prompt-len",
+        "12",
+        "--max-new-tokens",
+        "5",
+        "--json",
+    ]);
+    for key in [
+        "prompt_ids",
+        "generated_ids",
+        "text",
+        "ttft_ms",
+        "tpot_ms",
+        "prefill_tok_s",
+        "decode_tok_s",
+        "kv_cache_bytes",
+        "token_ms",
+    ] {
+        assert!(!r[key].is_null(), "missing {key}");
+    }
+    assert_eq!(r["prompt_ids"].as_array().unwrap().len(), 12);
+    assert_eq!(r["generated_ids"].as_array().unwrap().len(), 5);
+    // SmolLM2 shape, f32: 30 layers x 3 KV heads x 64 x 2 (K,V) x 4 bytes per position, 17 positions reserved.
+    assert_eq!(r["kv_cache_bytes"], 17 * 30 * 3 * 64 * 2 * 4);
+}
+
+#[test]
+fn compare_json_says_identical_with_a_speedup() {
+    let r = json(&[
+        "compare",
+        "--random-weights",
+        "--prompt-len",
+        "24",
+        "--max-new-tokens",
+        "4",
+        "--json",
+    ]);
+    assert_eq!(r["identical"], true);
+    assert!(r["speedup"].as_f64().unwrap() > 0.0);
+    assert_eq!(r["naive"]["generated_ids"], r["cached"]["generated_ids"]);
+    assert_eq!(r["naive"]["kv_cache_bytes"], 0);
+    assert!(!r["checkpoints"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn bad_input_exits_with_a_message() {
+    fails_with(
+        &["generate", "--model", "/no/such/dir", "--prompt", "hi"],
+        "fetch-smollm2.sh",
+    );
+    fails_with(
+        &["generate", "--random-weights", "--prompt", "hi"],
+        "--prompt-len",
+    );
+    fails_with(
+        &["generate", "--random-weights", "--prompt-len", "0"],
+        "prompt is empty",
+    );
+    fails_with(
+        &["generate", "--random-weights", "--prompt-len", "9000"],
+        "context is 8192",
+    );
+    fails_with(
+        &[
+            "generate",
+            "--random-weights",
+            "--prompt-len",
+            "10",
+            "--max-new-tokens",
+            "8190",
+        ],
+        "at most 8182",
+    );
+    fails_with(
+        &["kv-size", "--layers", "2", "--seq-len", "10"],
+        "--kv-heads",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let not_gguf = dir.path().join("model.gguf");
+    std::fs::write(&not_gguf, "this is a text file, not a model").unwrap();
+    let out = dir.path().join("out");
+    fails_with(
+        &[
+            "import-gguf",
+            not_gguf.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ],
+        "GGUF",
+    );
+    fails_with(
+        &[
+            "generate",
+            "--random-weights",
+            "--prompt-len",
+            "4",
+            "--device",
+            "cuda",
+        ],
+        "CUDA",
+    );
+}
