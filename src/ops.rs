@@ -12,9 +12,11 @@
 //! Every kernel here is **row-independent**: the value computed for one row
 //! (one token position) depends only on that row's inputs, always through the
 //! same sequence of additions, however many rows are computed with it and
-//! however rayon splits the work. In [`matmul`], every output element is
-//! `((x[0]·w[0][j] + x[1]·w[1][j]) + x[2]·w[2][j]) + ...`, summed in order of `k`,
-//! whether it sits in a tile of 6 rows (prefill) or of 1 row (decode). So the
+//! however rayon splits the work. In [`matmul`], every output element is the
+//! chain `acc = fma(x[k], w[k][j], acc)` for `k = 0, 1, 2, ...` starting from 0,
+//! whether it sits in a tile of 6 rows (prefill) or of 1 row (decode).
+//! (A fused multiply-add rounds once instead of twice: a different result from
+//! `acc + x·w`, but the same one on both paths, which is what matters here.) So the
 //! naive path (hundreds of rows per step) and the cached path (1 row per step)
 //! produce *bitwise-identical* logits, and so will speculative decoding and
 //! chunked prefill, which also change how many rows go through at once.
@@ -35,7 +37,7 @@ pub fn dot(x: &[f32], w: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
     for (xb, wb) in x_blocks.iter().zip(w_blocks) {
         for l in 0..LANES {
-            acc[l] += xb[l] * wb[l];
+            acc[l] = xb[l].mul_add(wb[l], acc[l]);
         }
     }
     let mut sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
@@ -104,13 +106,14 @@ pub fn matmul(x: &[f32], w: &[f32], out: &mut [f32], d_in: usize, d_out: usize) 
 /// `out[c] = Σ_k x[k] · w[k][j0 + c]` for one row, accumulating in `out` itself
 /// while walking `w` row by row: each step reads one contiguous run of a weight
 /// row, the access pattern memory streams fastest (decode is memory-bound).
-/// The additions per element are those of [`tile`]: from 0.0, in order of `k`.
+/// The operations per element are those of [`tile`]: fused multiply-adds from
+/// 0.0, in order of `k` — so decode and prefill agree bit for bit.
 fn row_times_weight_rows(x_row: &[f32], w: &[f32], out: &mut [f32], j0: usize, d_out: usize) {
     out.fill(0.0);
     for (k, &x_k) in x_row.iter().enumerate() {
         let w_k = &w[k * d_out + j0..][..out.len()];
         for (o, &wv) in out.iter_mut().zip(w_k) {
-            *o += x_k * wv;
+            *o = x_k.mul_add(wv, *o);
         }
     }
 }
@@ -173,7 +176,7 @@ fn tile<const R: usize, const C: usize>(
         for (i, acc_row) in acc.iter_mut().enumerate() {
             let x_rk = x[(r + i) * d_in + k];
             for (a, &wv) in acc_row.iter_mut().zip(w_k) {
-                *a += x_rk * wv;
+                *a = x_rk.mul_add(wv, *a);
             }
         }
     }
