@@ -139,6 +139,7 @@ pub fn decode_bytes(model: &Model, context: usize) -> f64 {
 }
 // ANCHOR_END: roofline
 
+// ANCHOR: memory_bandwidth
 /// This machine's memory read bandwidth, in bytes/s: the best of a few passes
 /// summing a 512 MiB buffer (far larger than any cache), split across threads.
 pub fn memory_bandwidth() -> f64 {
@@ -154,6 +155,7 @@ pub fn memory_bandwidth() -> f64 {
     }
     best
 }
+// ANCHOR_END: memory_bandwidth
 
 /// A sum in 8 independent lanes, so the compiler can vectorise it and the
 /// loop runs at the speed of memory, not of one addition after another.

@@ -154,6 +154,7 @@ fn shard_files(index_path: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+// ANCHOR: load_model
 /// Loads `config.json` and the safetensors weights of a Hugging Face model folder.
 pub fn load_model(dir: &Path) -> Result<Model> {
     if !dir.is_dir() {
@@ -163,6 +164,7 @@ pub fn load_model(dir: &Path) -> Result<Model> {
     let files = WeightFiles::open(dir)?;
     model_from(config, &files)
 }
+// ANCHOR_END: load_model
 
 fn model_from(config: Config, w: &WeightFiles) -> Result<Model> {
     let dim = config.hidden_size;

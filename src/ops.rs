@@ -1,5 +1,6 @@
 //! The numeric kernels of the forward pass, on the CPU, in f32.
 //!
+// ANCHOR: row_independence
 //! # Row independence: why the naive and cached paths agree bit for bit
 //!
 //! Floating-point addition is not associative: `(a + b) + c` and `a + (b + c)`
@@ -23,6 +24,7 @@
 //!
 //! Parallelism (rayon) only ever splits *which* output elements a thread
 //! computes, never the sum inside one element.
+// ANCHOR_END: row_independence
 
 use rayon::prelude::*;
 
@@ -156,6 +158,7 @@ fn matmul_rows<const R: usize, const C: usize>(
     }
 }
 
+// ANCHOR: tile
 /// One `R x C` register tile: `C` output columns of `R` rows, summed over all of `k`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -184,6 +187,7 @@ fn tile<const R: usize, const C: usize>(
         out[(r + i) * width + c..][..C].copy_from_slice(acc_row);
     }
 }
+// ANCHOR_END: tile
 // ANCHOR_END: matmul
 
 // ANCHOR: rmsnorm

@@ -90,6 +90,7 @@ fn read_f16(lo: u8, hi: u8) -> f32 {
     f16::from_bits(u16::from_le_bytes([lo, hi])).to_f32()
 }
 
+// ANCHOR: dequant_blocks
 /// Q8_0: 2 bytes of f16 scale `d`, then 32 signed bytes. `x = q * d`.
 pub fn dequantize_q8_0_block(block: &[u8], out: &mut Vec<f32>) {
     let d = read_f16(block[0], block[1]);
@@ -116,6 +117,7 @@ pub fn dequantize_q4_1_block(block: &[u8], out: &mut Vec<f32>) {
     out.extend(qs.iter().map(|&b| d * (b & 0x0F) as f32 + m));
     out.extend(qs.iter().map(|&b| d * (b >> 4) as f32 + m));
 }
+// ANCHOR_END: dequant_blocks
 
 #[cfg(test)]
 mod tests {

@@ -77,6 +77,7 @@ pub fn permutation_of(gguf_name: &str) -> Permuted {
     }
 }
 
+// ANCHOR: unpermute
 /// llama.cpp's permutation, as `convert_hf_to_gguf.py` applies it to W_q and W_k:
 ///
 /// ```python
@@ -107,6 +108,7 @@ pub fn unpermute_rows(data: &[f32], row_len: usize, n_head: usize) -> Result<Vec
         2 * i + j
     })
 }
+// ANCHOR_END: unpermute
 
 /// Builds a new matrix whose row `h * head_dim + r` is the input's row
 /// `h * head_dim + source(head_dim, r)`: the permutations only move rows within a head.
