@@ -12,6 +12,13 @@
 //! - a prefill, or several new tokens meeting a warm cache (chunked prefill, a
 //!   second chat turn), is the general case: a *rectangular* causal mask, where
 //!   query row `i` sees keys `0..=start_pos + i`.
+//!
+//! Attention only needs to find "the key and value of position `j`" ([`KvRows`]).
+//! In a contiguous cache, row `j` sits at `j * kv_dim`; in a paged cache it sits in
+//! block `j / block_size` of the sequence's block table (PagedAttention, Kwon et al.
+//! 2023). The arithmetic per (query, head) is the same for every layout — the same
+//! `dot`s, the same softmax, the same sum in order of `j` — so every layout gives
+//! bitwise-identical outputs (chapters "Attention" and "Paged attention").
 
 use crate::ops::{dot, softmax};
 use rayon::prelude::*;
@@ -26,7 +33,7 @@ pub struct Heads {
 
 // ANCHOR: attention
 /// `q`: `[n, n_heads * head_dim]`, already rotated, for positions `start_pos..start_pos + n`.
-/// `keys`, `values`: `[start_pos + n, n_kv_heads * head_dim]`.
+/// `keys`, `values`: `[start_pos + n, n_kv_heads * head_dim]`, contiguous.
 /// Returns `[n, n_heads * head_dim]`.
 pub fn causal_attention(
     q: &[f32],
@@ -35,12 +42,22 @@ pub fn causal_attention(
     start_pos: usize,
     heads: Heads,
 ) -> Vec<f32> {
+    let kv_dim = heads.n_kv_heads * heads.head_dim;
+    attention_over(&Contiguous::new(keys, values, kv_dim), q, start_pos, heads)
+}
+
+/// The same attention, reading position `j`'s key and value from any layout.
+pub fn attention_over<R: KvRows + ?Sized>(
+    rows: &R,
+    q: &[f32],
+    start_pos: usize,
+    heads: Heads,
+) -> Vec<f32> {
     let Heads {
         n_heads,
         n_kv_heads,
         head_dim,
     } = heads;
-    let kv_dim = n_kv_heads * head_dim;
     // GQA: query heads come in groups of `kv_mul` that share one KV head.
     // MHA is kv_mul = 1, MQA is n_kv_heads = 1. Same code for all three.
     let kv_mul = n_heads / n_kv_heads;
@@ -55,8 +72,8 @@ pub fn causal_attention(
             let pos = start_pos + i;
             let q_head = &q[row_head * head_dim..(row_head + 1) * head_dim];
             let kv_head = h / kv_mul;
-            let key = |j: usize| &keys[j * kv_dim + kv_head * head_dim..][..head_dim];
-            let value = |j: usize| &values[j * kv_dim + kv_head * head_dim..][..head_dim];
+            let key = |j: usize| &rows.key(j)[kv_head * head_dim..][..head_dim];
+            let value = |j: usize| &rows.value(j)[kv_head * head_dim..][..head_dim];
 
             // The causal mask: position `pos` attends to positions 0..=pos only.
             let mut scores: Vec<f32> = (0..=pos).map(|j| dot(q_head, key(j)) * scale).collect();
@@ -70,3 +87,82 @@ pub fn causal_attention(
     out
 }
 // ANCHOR_END: attention
+
+// ANCHOR: kv_rows
+/// Where attention finds position `j`'s key and value: one `[n_kv_heads * head_dim]` row each.
+pub trait KvRows: Sync {
+    fn key(&self, j: usize) -> &[f32];
+    fn value(&self, j: usize) -> &[f32];
+}
+
+/// Keys and values stored one position after another: `[len, kv_dim]` each.
+pub struct Contiguous<'a> {
+    keys: &'a [f32],
+    values: &'a [f32],
+    kv_dim: usize,
+}
+
+impl<'a> Contiguous<'a> {
+    pub fn new(keys: &'a [f32], values: &'a [f32], kv_dim: usize) -> Self {
+        Contiguous {
+            keys,
+            values,
+            kv_dim,
+        }
+    }
+}
+
+impl KvRows for Contiguous<'_> {
+    fn key(&self, j: usize) -> &[f32] {
+        &self.keys[j * self.kv_dim..][..self.kv_dim]
+    }
+    fn value(&self, j: usize) -> &[f32] {
+        &self.values[j * self.kv_dim..][..self.kv_dim]
+    }
+}
+// ANCHOR_END: kv_rows
+
+// ANCHOR: paged_rows
+/// PagedAttention's view of one layer (Kwon et al. 2023, §4.1): the sequence's
+/// positions live in fixed-size blocks scattered through a pool, listed in order by
+/// its block table. Block `b` of the table holds positions
+/// `b * block_size..(b + 1) * block_size`, as one `[block_size, kv_dim]` slice.
+pub struct Paged<'a> {
+    /// Layer `l`'s K slice of each block in the table, in table order: `[block_size, kv_dim]` each.
+    pub k_blocks: Vec<&'a [f32]>,
+    /// The same for V.
+    pub v_blocks: Vec<&'a [f32]>,
+    pub block_size: usize,
+    pub kv_dim: usize,
+}
+
+impl KvRows for Paged<'_> {
+    /// Position `j` is row `j % block_size` of block `j / block_size`: the only
+    /// difference from the contiguous layout is this address computation.
+    fn key(&self, j: usize) -> &[f32] {
+        let (block, row) = (j / self.block_size, j % self.block_size);
+        &self.k_blocks[block][row * self.kv_dim..][..self.kv_dim]
+    }
+    fn value(&self, j: usize) -> &[f32] {
+        let (block, row) = (j / self.block_size, j % self.block_size);
+        &self.v_blocks[block][row * self.kv_dim..][..self.kv_dim]
+    }
+}
+// ANCHOR_END: paged_rows
+
+/// One layer's keys and values for positions `0..end`, as a cache hands them to attention.
+pub enum KvView<'a> {
+    Contiguous(Contiguous<'a>),
+    Paged(Paged<'a>),
+}
+
+impl KvView<'_> {
+    /// Attention over this view: the match happens once per layer, and each arm runs
+    /// a copy of [`attention_over`] compiled for its layout (no per-row dispatch).
+    pub fn attend(&self, q: &[f32], start_pos: usize, heads: Heads) -> Vec<f32> {
+        match self {
+            KvView::Contiguous(rows) => attention_over(rows, q, start_pos, heads),
+            KvView::Paged(rows) => attention_over(rows, q, start_pos, heads),
+        }
+    }
+}

@@ -70,6 +70,18 @@ pub enum Error {
         requested: usize,
     },
 
+    #[error("paged KV cache out of blocks: the memory budget of {budget_bytes} bytes holds {n_blocks} blocks of {block_size} positions, {free} of them free or reusable, and this step needs {needed}. Finish or free other sequences, raise --budget, admit fewer requests, or use fewer --max-new-tokens")]
+    BlockBudgetExhausted {
+        budget_bytes: usize,
+        n_blocks: usize,
+        block_size: usize,
+        free: usize,
+        needed: usize,
+    },
+
+    #[error("cannot allocate {bytes} bytes for the KV cache: lower --max-new-tokens or the prompt length, or pick a smaller --budget")]
+    CacheAlloc { bytes: usize },
+
     #[error("token id {id} is outside the vocabulary (size {vocab_size})")]
     TokenOutOfRange { id: u32, vocab_size: usize },
 

@@ -2,6 +2,7 @@
 //! TTFT (首token延迟: prefill + first token), each decode step's latency, TPOT
 //! (time per output token), tokens/s, and the KV cache's bytes.
 
+use crate::cache::{new_store, CacheKind, KvStore};
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
 use crate::model::{KvSource, Model};
@@ -54,12 +55,13 @@ impl Decoder for Naive<'_> {
 }
 
 /// The cached path keeps every layer's K and V: each step runs one token.
-pub struct Cached<'a> {
+/// `C` is the cache layout: preallocated [`KvCache`] unless told otherwise (`src/cache/`).
+pub struct Cached<'a, C: KvStore = KvCache> {
     pub model: &'a Model,
-    pub cache: KvCache,
+    pub cache: C,
 }
 
-impl Decoder for Cached<'_> {
+impl<C: KvStore> Decoder for Cached<'_, C> {
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
         self.model.forward(prompt, KvSource::Cache(&mut self.cache))
     }
@@ -68,7 +70,7 @@ impl Decoder for Cached<'_> {
             .forward(&[token], KvSource::Cache(&mut self.cache))
     }
     fn kv_bytes(&self) -> (usize, usize) {
-        (self.cache.bytes_allocated(), self.cache.bytes_used())
+        (self.cache.bytes_reserved(), self.cache.bytes_used())
     }
 }
 
@@ -92,6 +94,32 @@ pub fn cpu_decoder<'a>(
     }
 }
 // ANCHOR_END: paths
+
+/// The CPU decoder for `path` with its cache in layout `layout` (see `src/cache/`);
+/// `block_size` is for the paged layouts. The naive path keeps no cache.
+pub fn cpu_decoder_with<'a>(
+    model: &'a Model,
+    path: PathKind,
+    layout: CacheKind,
+    block_size: usize,
+    prompt_len: usize,
+    max_new_tokens: usize,
+) -> Result<Box<dyn Decoder + 'a>> {
+    Ok(match (path, layout) {
+        (PathKind::Cached, CacheKind::Preallocated) | (PathKind::Naive, _) => {
+            cpu_decoder(model, path, prompt_len, max_new_tokens)
+        }
+        (PathKind::Cached, layout) => Box::new(Cached {
+            model,
+            cache: new_store(
+                &model.config,
+                layout,
+                prompt_len + max_new_tokens,
+                block_size,
+            )?,
+        }),
+    })
+}
 
 #[derive(Debug, Clone)]
 pub struct GenerateOptions {
@@ -134,6 +162,9 @@ pub struct Generation {
     pub kv_cache_bytes_used: usize,
     /// KV cache bytes holding live positions after each token (the seed's §4.2 trace).
     pub token_kv_bytes_used: Vec<usize>,
+    /// KV cache bytes reserved after each token: flat when preallocated, steps when
+    /// growable, a staircase of blocks when paged (`kvlab trace`).
+    pub token_kv_bytes_reserved: Vec<usize>,
 }
 
 /// Checks a request against the model's context before any work is done.
@@ -192,6 +223,7 @@ pub fn generate_with(
     let mut generated = Vec::with_capacity(opts.max_new_tokens);
     let mut token_ms = Vec::with_capacity(opts.max_new_tokens);
     let mut token_kv_bytes_used = Vec::with_capacity(opts.max_new_tokens);
+    let mut token_kv_bytes_reserved = Vec::with_capacity(opts.max_new_tokens);
 
     // Prefill: the whole prompt in one pass. Its end is the first token: TTFT.
     let start = Instant::now();
@@ -199,6 +231,7 @@ pub fn generate_with(
     let mut token = sampler.sample(&logits);
     token_ms.push(start.elapsed().as_secs_f64() * 1e3);
     token_kv_bytes_used.push(decoder.kv_bytes().1);
+    token_kv_bytes_reserved.push(decoder.kv_bytes().0);
     generated.push(token);
     on_token(token);
 
@@ -217,6 +250,7 @@ pub fn generate_with(
         token = sampler.sample(&logits);
         token_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
         token_kv_bytes_used.push(decoder.kv_bytes().1);
+        token_kv_bytes_reserved.push(decoder.kv_bytes().0);
         generated.push(token);
         on_token(token);
     }
@@ -250,5 +284,6 @@ pub fn generate_with(
         kv_cache_bytes,
         kv_cache_bytes_used,
         token_kv_bytes_used,
+        token_kv_bytes_reserved,
     })
 }

@@ -8,12 +8,18 @@
 //! contiguous, allocated once for `prompt + max_new_tokens` positions. It stores
 //! `n_kv_heads` heads — under GQA fewer than the query heads, which is the
 //! whole point of GQA (Ainslie et al. 2023): the cache shrinks by `n_heads / n_kv_heads`.
+//!
+//! This is the *preallocated* layout, the first of four behind [`KvStore`]; the
+//! others (growable, paged, prefix-shared) are in `src/cache/`.
 
+use crate::attention::{Contiguous, KvView};
+use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
 
 // ANCHOR: kv_cache
 /// A preallocated, contiguous KV cache for one sequence, in f32.
+#[derive(Clone)]
 pub struct KvCache {
     /// `[n_layers, capacity, n_kv_heads, head_dim]`
     k_cache: Vec<f32>,
@@ -115,5 +121,34 @@ impl KvCache {
     /// Bytes holding live positions.
     pub fn bytes_used(&self) -> usize {
         2 * self.n_layers * self.len * self.kv_dim * std::mem::size_of::<f32>()
+    }
+}
+
+/// The preallocated layout behind the common interface: each verb is the one above.
+impl KvStore for KvCache {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
+        self.reserve(tokens.len())
+    }
+    fn write(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        KvCache::write(self, layer, k, v)
+    }
+    fn read(&self, layer: usize, end: usize) -> KvView<'_> {
+        let (keys, values) = KvCache::read(self, layer, end);
+        KvView::Contiguous(Contiguous::new(keys, values, self.kv_dim))
+    }
+    fn advance(&mut self, n: usize) {
+        KvCache::advance(self, n)
+    }
+    fn truncate(&mut self, len: usize) {
+        KvCache::truncate(self, len)
+    }
+    fn bytes_reserved(&self) -> usize {
+        self.bytes_allocated()
+    }
+    fn bytes_used(&self) -> usize {
+        KvCache::bytes_used(self)
     }
 }

@@ -2,10 +2,13 @@
 //! sequence for every token, and a KV-cached path — proven to give identical outputs.
 //!
 //! Reading order: [`ops`] (the kernels) → [`attention`] → [`kv_cache`] →
-//! [`model`] (the forward pass) → [`generate`] (the loop and its timings).
+//! [`model`] (the forward pass) → [`generate`] (the loop and its timings) →
+//! [`cache`] (where the cache lives: growable, paged, prefix-shared) → [`chat`].
 
 pub mod attention;
 pub mod bench;
+pub mod cache;
+pub mod chat;
 pub mod compare;
 pub mod config;
 #[cfg(feature = "cuda")]

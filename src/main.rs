@@ -1,11 +1,16 @@
 //! The `kvlab` command line: generate, compare the two paths, size a KV cache,
-//! import a GGUF, and a zero-setup demo.
+//! import a GGUF, a zero-setup demo, and the cache-layout experiments (trace,
+//! capacity, prefix, chat, bench-cache).
 
 use clap::{Args, Parser, Subcommand};
+use kvlab::cache::{new_store, CacheKind, DEFAULT_BLOCK_SIZE};
+use kvlab::chat::ChatSession;
 use kvlab::compare::{compare_with, Comparison};
 use kvlab::device::{Backend, Device, GpuDtype};
 use kvlab::error::{Error, Result};
-use kvlab::generate::{check_request, generate_with, GenerateOptions, Generation, PathKind};
+use kvlab::generate::{
+    check_request, cpu_decoder_with, generate_with, Decoder, GenerateOptions, Generation, PathKind,
+};
 use kvlab::kv_size::{KvDtype, KvShape};
 use kvlab::sampler::SamplerConfig;
 use kvlab::tokenizer::{Message, TextStream, Tokenizer};
@@ -41,6 +46,26 @@ enum Command {
     Demo(DemoArgs),
     /// Measure prefill throughput and per-token latency of both paths at several contexts.
     Bench(BenchArgs),
+    /// Trace the KV cache's memory and step time, token by token, in several layouts (CSV + SVG).
+    Trace(TraceArgs),
+    /// How many requests fit in a memory budget: preallocated by max_new_tokens vs paged.
+    Capacity(CapacityArgs),
+    /// N requests sharing a long system prompt, with and without prefix caching: TTFT and KV bytes.
+    Prefix(PrefixArgs),
+    /// Multi-turn chat that keeps its KV cache between turns (user messages: one per stdin line).
+    Chat(ChatArgs),
+    /// Decode speed of every cache layout at a context, and prefix-hit vs cold TTFT.
+    BenchCache(BenchCacheArgs),
+}
+
+#[derive(Args, Clone, Copy)]
+struct CacheArgs {
+    /// Where the cached path keeps K and V (the CPU only; see `src/cache/`).
+    #[arg(long, value_enum, default_value_t = CacheKind::Preallocated)]
+    cache: CacheKind,
+    /// Positions per block, for --cache paged and prefix.
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    block_size: usize,
 }
 
 #[derive(Args)]
@@ -103,12 +128,135 @@ struct GenerateArgs {
     prompt: PromptArgs,
     #[arg(long, value_enum, default_value_t = PathKind::Cached)]
     path: PathKind,
+    #[command(flatten)]
+    cache: CacheArgs,
 }
 
 #[derive(Args)]
 struct CompareArgs {
     #[command(flatten)]
     prompt: PromptArgs,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+#[derive(Args)]
+struct TraceArgs {
+    #[command(flatten)]
+    prompt: PromptArgs,
+    /// Layouts to trace, side by side.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "preallocated,growable,paged"
+    )]
+    layouts: Vec<CacheKind>,
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    block_size: usize,
+    /// Folder for trace.csv and trace.svg (created).
+    #[arg(long, default_value = "trace")]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct CapacityArgs {
+    /// KV cache memory: bytes, or with a unit (1GiB, 512MiB, 2GB).
+    #[arg(long)]
+    budget: String,
+    /// Read the cache's shape from this model folder's config.json (default: SmolLM2-135M).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Requests offered, in arrival order (admission stops at the first that does not fit).
+    #[arg(long, default_value_t = 100_000)]
+    requests: usize,
+    /// Longest prompt of the mix (lengths are log-uniform from 16).
+    #[arg(long, default_value_t = 1024)]
+    max_prompt: usize,
+    /// What each request may generate: the preallocated layout reserves this much.
+    #[arg(long, default_value_t = 512)]
+    max_new_tokens: usize,
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    block_size: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct PrefixArgs {
+    /// Model folder; without it, seeded random weights of SmolLM2-135M's shape (same cost).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Requests that share the system prompt.
+    #[arg(long, default_value_t = 4)]
+    requests: usize,
+    /// Tokens of the shared system prompt.
+    #[arg(long, default_value_t = 1000)]
+    shared_len: usize,
+    /// Tokens of each request's own part.
+    #[arg(long, default_value_t = 16)]
+    suffix_len: usize,
+    #[arg(long, default_value_t = 8)]
+    max_new_tokens: usize,
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    block_size: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ChatArgs {
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    model: PathBuf,
+    /// System message (else the template's default).
+    #[arg(long)]
+    system: Option<String>,
+    #[arg(long, default_value_t = 128)]
+    max_new_tokens: usize,
+    #[command(flatten)]
+    cache: CacheArgs,
+    /// Positions the conversation may reach (the preallocated layout reserves them all).
+    #[arg(long, default_value_t = 2048)]
+    max_context: usize,
+    /// Recompute the whole conversation every turn (to feel the difference).
+    #[arg(long)]
+    no_reuse: bool,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// One JSON object per turn, one per line, instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct BenchCacheArgs {
+    /// Model folder; without it, seeded random weights of SmolLM2-135M's shape (same cost).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Contexts at which to time one decode step of each layout.
+    #[arg(long, value_delimiter = ',', default_value = "128,512")]
+    contexts: Vec<usize>,
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    block_size: usize,
+    /// Timed repetitions (medians are reported).
+    #[arg(long, default_value_t = 9)]
+    reps: usize,
+    /// Shared-prefix length for the prefix-hit TTFT (0 = skip it).
+    #[arg(long, default_value_t = 1000)]
+    shared_len: usize,
+    #[arg(long, default_value_t = 16)]
+    suffix_len: usize,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -190,6 +338,11 @@ fn main() {
         Command::ImportGguf(args) => cmd_import(args),
         Command::Demo(args) => cmd_demo(args),
         Command::Bench(args) => cmd_bench(args),
+        Command::Trace(args) => cmd_trace(args),
+        Command::Capacity(args) => cmd_capacity(args),
+        Command::Prefix(args) => cmd_prefix(args),
+        Command::Chat(args) => cmd_chat(args),
+        Command::BenchCache(args) => cmd_bench_cache(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
@@ -271,7 +424,14 @@ fn cmd_generate(args: GenerateArgs) -> Result<()> {
     check_request(&model, &prompt_ids, opts.max_new_tokens)?;
     let d = args.prompt.device;
     let backend = Backend::new(d.device, &model, d.gpu_dtype)?;
-    let mut decoder = backend.decoder(opts.path, prompt_ids.len(), opts.max_new_tokens)?;
+    let mut decoder = decoder_for(
+        &backend,
+        &model,
+        args.cache,
+        opts.path,
+        prompt_ids.len(),
+        opts.max_new_tokens,
+    )?;
     let json = args.prompt.json;
     let mut stream = tokenizer.as_ref().map(TextStream::new);
     let mut out = std::io::stdout();
@@ -296,7 +456,37 @@ fn cmd_generate(args: GenerateArgs) -> Result<()> {
     } else {
         println!();
         eprintln!("{}", summary(&generation));
+        if args.cache.cache != CacheKind::Preallocated && opts.path == PathKind::Cached {
+            eprintln!("cache layout: {}", args.cache.cache.name());
+        }
         Ok(())
+    }
+}
+
+/// The decoder for `path` on `backend`, its cache in the layout `cache` asks for.
+fn decoder_for<'a>(
+    backend: &'a Backend<'a>,
+    model: &'a Model,
+    cache: CacheArgs,
+    path: PathKind,
+    prompt_len: usize,
+    max_new_tokens: usize,
+) -> Result<Box<dyn Decoder + 'a>> {
+    match (backend.device(), cache.cache) {
+        (_, CacheKind::Preallocated) => backend.decoder(path, prompt_len, max_new_tokens),
+        (Device::Cpu, layout) => cpu_decoder_with(
+            model,
+            path,
+            layout,
+            cache.block_size,
+            prompt_len,
+            max_new_tokens,
+        ),
+        #[allow(unreachable_patterns)]
+        (_, layout) => Err(Error::InvalidArgument(format!(
+            "--cache {} runs on the CPU only: the CUDA backend keeps its own preallocated cache (a CUDA paged-attention kernel is not written yet)",
+            layout.name()
+        ))),
     }
 }
 
@@ -344,6 +534,7 @@ fn cmd_compare(args: CompareArgs) -> Result<()> {
         &prompt_ids,
         &opts,
         args.prompt.json,
+        args.cache,
     )
 }
 
@@ -354,6 +545,7 @@ fn run_compare(
     prompt_ids: &[u32],
     opts: &GenerateOptions,
     json: bool,
+    cache: CacheArgs,
 ) -> Result<()> {
     check_request(model, prompt_ids, opts.max_new_tokens)?;
     if !json {
@@ -365,7 +557,16 @@ fn run_compare(
         );
     }
     let mut cmp = compare_with(
-        |path| backend.decoder(path, prompt_ids.len(), opts.max_new_tokens),
+        |path| {
+            decoder_for(
+                backend,
+                model,
+                cache,
+                path,
+                prompt_ids.len(),
+                opts.max_new_tokens,
+            )
+        },
         prompt_ids,
         opts,
     )?;
@@ -534,6 +735,10 @@ fn cmd_demo(args: DemoArgs) -> Result<()> {
         &prompt_ids,
         &opts,
         args.json,
+        CacheArgs {
+            cache: CacheKind::Preallocated,
+            block_size: DEFAULT_BLOCK_SIZE,
+        },
     )
 }
 
@@ -566,6 +771,405 @@ fn cmd_bench(args: BenchArgs) -> Result<()> {
         print_json(&report)
     } else {
         kvlab::bench::print_report(&report);
+        Ok(())
+    }
+}
+
+/// The model in `dir`, or seeded random weights of SmolLM2-135M's shape (same cost).
+fn model_or_random(dir: Option<&PathBuf>) -> Result<(Model, String)> {
+    Ok(match dir {
+        Some(dir) => (loader::load_model(dir)?, dir.display().to_string()),
+        None => (
+            Model::random(Config::smollm2_135m(), 0)?,
+            "SmolLM2-135M shape, random weights".to_string(),
+        ),
+    })
+}
+
+fn cmd_trace(args: TraceArgs) -> Result<()> {
+    if args.prompt.device.device != Device::Cpu {
+        return Err(Error::InvalidArgument(
+            "kvlab trace runs on the CPU only (the cache layouts live in src/cache/)".into(),
+        ));
+    }
+    if args.layouts.is_empty() {
+        return Err(Error::InvalidArgument(
+            "give at least one layout: --layouts preallocated,growable,paged".into(),
+        ));
+    }
+    let (model, _tokenizer, prompt_ids) = load(&args.prompt)?;
+    let opts = options(&args.prompt, &model, PathKind::Cached);
+    check_request(&model, &prompt_ids, opts.max_new_tokens)?;
+    if !args.prompt.json {
+        eprintln!(
+            "tracing {} layouts: prompt {} tokens, up to {} new...",
+            args.layouts.len(),
+            prompt_ids.len(),
+            opts.max_new_tokens
+        );
+    }
+    let rows =
+        kvlab::cache::trace::trace(&model, &prompt_ids, &args.layouts, &opts, args.block_size)?;
+    std::fs::create_dir_all(&args.out).map_err(|e| Error::io(&args.out, e))?;
+    let csv = args.out.join("trace.csv");
+    std::fs::write(&csv, kvlab::cache::trace::to_csv(&rows)).map_err(|e| Error::io(&csv, e))?;
+    let title = format!(
+        "KV cache by layout: prompt {} tokens, {} generated, block size {}",
+        prompt_ids.len(),
+        rows.iter().map(|r| r.step).max().unwrap_or(0),
+        args.block_size
+    );
+    let svg = args.out.join("trace.svg");
+    std::fs::write(&svg, kvlab::cache::trace::to_svg(&rows, &title))
+        .map_err(|e| Error::io(&svg, e))?;
+    if args.prompt.json {
+        return print_json(&rows);
+    }
+    println!(
+        "{:>13} {:>6} {:>10} {:>12} {:>12} {:>12} {:>12}",
+        "layout", "steps", "positions", "reserved", "used", "peak waste", "copied"
+    );
+    for layout in &args.layouts {
+        let mine: Vec<_> = rows.iter().filter(|r| r.layout == *layout).collect();
+        let last = mine.last().expect("every layout traced");
+        let waste = mine
+            .iter()
+            .map(|r| r.bytes_reserved - r.bytes_used)
+            .max()
+            .unwrap_or(0);
+        println!(
+            "{:>13} {:>6} {:>10} {:>12} {:>12} {:>12} {:>12}",
+            layout.name(),
+            last.step,
+            last.positions,
+            human_bytes(last.bytes_reserved),
+            human_bytes(last.bytes_used),
+            human_bytes(waste),
+            human_bytes(last.bytes_copied)
+        );
+    }
+    println!("wrote {} and {}", csv.display(), svg.display());
+    Ok(())
+}
+
+fn cmd_capacity(args: CapacityArgs) -> Result<()> {
+    use kvlab::cache::capacity;
+    let budget = capacity::parse_bytes(&args.budget)?;
+    let config = match &args.model {
+        Some(dir) => Config::from_file(&dir.join("config.json"))?,
+        None => Config::smollm2_135m(),
+    };
+    if args.max_new_tokens == 0 || args.requests == 0 {
+        return Err(Error::InvalidArgument(
+            "--requests and --max-new-tokens must be at least 1".into(),
+        ));
+    }
+    let mix = capacity::request_mix(
+        args.requests,
+        args.max_prompt,
+        args.max_new_tokens,
+        args.seed,
+    );
+    let r = capacity::capacity(&config, budget, args.block_size, args.max_new_tokens, &mix)?;
+    if args.json {
+        return print_json(&r);
+    }
+    println!(
+        "budget {} ({} bytes) of f32 KV cache, {} per token; requests: prompt 16..{} tokens (mean {:.0}), output 1..{} (mean {:.0}), seed {}",
+        human_bytes(r.budget_bytes),
+        r.budget_bytes,
+        human_bytes(r.bytes_per_token),
+        args.max_prompt,
+        r.mean_prompt_len,
+        args.max_new_tokens,
+        r.mean_output_len,
+        args.seed
+    );
+    println!(
+        "\n{:>34} {:>9} {:>12} {:>12} {:>7}",
+        "", "requests", "reserved", "live", "waste"
+    );
+    for (name, f) in [
+        (
+            format!("preallocated (prompt + {})", r.max_new_tokens),
+            &r.preallocated,
+        ),
+        (format!("paged (blocks of {})", r.block_size), &r.paged),
+    ] {
+        println!(
+            "{:>34} {:>9} {:>12} {:>12} {:>6.1}%",
+            name,
+            f.requests,
+            human_bytes(f.bytes_reserved),
+            human_bytes(f.bytes_live),
+            100.0 * f.waste
+        );
+    }
+    println!(
+        "\npaging fits {:.2}x as many concurrent requests in the same memory",
+        r.gain
+    );
+    if r.paged.requests == r.offered {
+        println!(
+            "(every offered request fit: raise --requests or lower --budget to see the limit)"
+        );
+    }
+    Ok(())
+}
+
+fn cmd_prefix(args: PrefixArgs) -> Result<()> {
+    if args.requests == 0 || args.max_new_tokens == 0 || args.suffix_len == 0 {
+        return Err(Error::InvalidArgument(
+            "--requests, --suffix-len and --max-new-tokens must be at least 1".into(),
+        ));
+    }
+    let (model, name) = model_or_random(args.model.as_ref())?;
+    let vocab = model.config.vocab_size;
+    let total = args.shared_len + args.suffix_len + args.max_new_tokens;
+    if total > model.config.max_position_embeddings {
+        return Err(Error::ContextOverflow {
+            prompt_len: args.shared_len + args.suffix_len,
+            max_new_tokens: args.max_new_tokens,
+            max_seq_len: model.config.max_position_embeddings,
+        });
+    }
+    let shared = kvlab::bench::synthetic_prompt(args.shared_len, vocab);
+    let suffixes: Vec<Vec<u32>> = (0..args.requests)
+        .map(|r| {
+            (0..args.suffix_len)
+                .map(|i| ((r * 7877 + i * 131 + 17) % vocab) as u32)
+                .collect()
+        })
+        .collect();
+    if !args.json {
+        eprintln!(
+            "{name}: {} requests = {} shared + {} own tokens each, {} new tokens; without prefix caching, then with...",
+            args.requests, args.shared_len, args.suffix_len, args.max_new_tokens
+        );
+    }
+    let r = kvlab::cache::shared_prompt::run(
+        &model,
+        &shared,
+        &suffixes,
+        args.max_new_tokens,
+        args.block_size,
+    )?;
+    if args.json {
+        return print_json(&r);
+    }
+    println!(
+        "{:>8} | {:>28} | {:>28}",
+        "request", "without prefix caching", "with prefix caching"
+    );
+    for (i, (a, b)) in r.without.requests.iter().zip(&r.with.requests).enumerate() {
+        println!(
+            "{:>8} | TTFT {:>9.1} ms, {:>5} computed | TTFT {:>9.1} ms, {:>5} reused",
+            i + 1,
+            a.ttft_ms,
+            a.computed,
+            b.ttft_ms,
+            b.reused
+        );
+    }
+    println!(
+        "\nrequests 2..{}: mean TTFT {:.1} ms -> {:.1} ms ({:.1}x faster)",
+        r.n_requests, r.without.later_ttft_ms, r.with.later_ttft_ms, r.ttft_speedup
+    );
+    println!(
+        "KV cache held by all {} requests: {} -> {} ({:.1}x less; {} block hits, {} misses)",
+        r.n_requests,
+        human_bytes(r.without.kv_bytes),
+        human_bytes(r.with.kv_bytes),
+        r.kv_ratio,
+        r.with.prefix_hits,
+        r.with.prefix_misses
+    );
+    println!("same tokens with and without: {}", r.identical_tokens);
+    if !r.identical_tokens {
+        return Err(Error::InvalidArgument(
+            "prefix caching changed the generated tokens: this is a bug".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// One turn of `kvlab chat --json`.
+#[derive(serde::Serialize)]
+struct ChatTurnReport {
+    turn: usize,
+    prompt_tokens: usize,
+    reused: usize,
+    computed: usize,
+    ttft_ms: f64,
+    tpot_ms: f64,
+    generated_tokens: usize,
+    reply: String,
+    kv_bytes_reserved: usize,
+    kv_bytes_used: usize,
+}
+
+fn cmd_chat(args: ChatArgs) -> Result<()> {
+    use std::io::{BufRead, IsTerminal};
+    if !args.model.is_dir() {
+        return Err(Error::ModelFolderMissing(args.model.clone()));
+    }
+    let tokenizer = Tokenizer::from_dir(&args.model)?;
+    let model = loader::load_model(&args.model)?;
+    let capacity = args.max_context.min(model.config.max_position_embeddings);
+    let new_cache = || {
+        new_store(
+            &model.config,
+            args.cache.cache,
+            capacity,
+            args.cache.block_size,
+        )
+    };
+    let mut session = ChatSession::new(&model, new_cache()?);
+    let opts = GenerateOptions {
+        max_new_tokens: args.max_new_tokens,
+        path: PathKind::Cached,
+        sampler: SamplerConfig {
+            temperature: args.temperature,
+            top_k: args.top_k,
+            top_p: args.top_p,
+            seed: args.seed,
+        },
+        eos_ids: model.config.eos_ids(),
+    };
+    let mut messages = Vec::new();
+    if let Some(system) = &args.system {
+        messages.push(Message::new("system", system));
+    }
+    let stdin = std::io::stdin();
+    let interactive = stdin.is_terminal();
+    if interactive {
+        eprintln!(
+            "kvlab chat — {} cache{}; one message per line, Ctrl-D to end",
+            args.cache.cache.name(),
+            if args.no_reuse {
+                ", recomputed every turn"
+            } else {
+                ", kept between turns"
+            }
+        );
+    }
+    let mut out = std::io::stdout();
+    let mut turn_no = 0;
+    let mut line = String::new();
+    loop {
+        if interactive {
+            eprint!("\nyou> ");
+        }
+        line.clear();
+        if stdin
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| Error::io("stdin", e))?
+            == 0
+        {
+            break;
+        }
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        turn_no += 1;
+        messages.push(Message::new("user", text));
+        let ids = tokenizer.encode(&tokenizer.apply_chat_template(&messages)?)?;
+        if ids.len() + args.max_new_tokens > capacity {
+            return Err(Error::InvalidArgument(format!(
+                "the conversation is {} tokens, and {} more may come: over --max-context {capacity}. Raise --max-context or start a new chat",
+                ids.len(),
+                args.max_new_tokens
+            )));
+        }
+        if args.no_reuse {
+            session = ChatSession::new(&model, new_cache()?);
+        }
+        if interactive {
+            eprint!("assistant> ");
+        }
+        let mut stream = TextStream::new(&tokenizer);
+        let turn = session.turn(&ids, &opts, |token| {
+            if args.json || opts.eos_ids.contains(&token) {
+                return;
+            }
+            if let Some(text) = stream.push(token) {
+                let _ = write!(out, "{text}");
+                let _ = out.flush();
+            }
+        })?;
+        let g = &turn.generation;
+        let reply_ids: Vec<u32> = g
+            .generated_ids
+            .iter()
+            .copied()
+            .filter(|t| !opts.eos_ids.contains(t))
+            .collect();
+        let reply = tokenizer.decode(&reply_ids)?;
+        messages.push(Message::new("assistant", &reply));
+        let (reserved, used) = session.kv_bytes();
+        if args.json {
+            let report = ChatTurnReport {
+                turn: turn_no,
+                prompt_tokens: turn.prompt_tokens,
+                reused: turn.reused,
+                computed: turn.computed,
+                ttft_ms: g.ttft_ms,
+                tpot_ms: g.tpot_ms,
+                generated_tokens: g.generated_ids.len(),
+                reply,
+                kv_bytes_reserved: reserved,
+                kv_bytes_used: used,
+            };
+            let text = serde_json::to_string(&report)
+                .map_err(|e| Error::InvalidArgument(format!("cannot serialise the report: {e}")))?;
+            println!("{text}");
+        } else {
+            println!();
+            eprintln!(
+                "[turn {turn_no}] TTFT {:.1} ms | prompt {} tokens: {} reused from the cache, {} computed | {} new tokens, {:.1} tok/s | KV cache {} reserved, {} used",
+                g.ttft_ms,
+                turn.prompt_tokens,
+                turn.reused,
+                turn.computed,
+                g.generated_ids.len(),
+                g.decode_tok_s,
+                human_bytes(reserved),
+                human_bytes(used)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn cmd_bench_cache(args: BenchCacheArgs) -> Result<()> {
+    let (model, name) = model_or_random(args.model.as_ref())?;
+    let max = model.config.max_position_embeddings;
+    if let Some(&c) = args.contexts.iter().find(|&&c| c == 0 || c + 1 > max) {
+        return Err(Error::InvalidArgument(format!(
+            "context {c}: contexts must be between 1 and {}",
+            max - 1
+        )));
+    }
+    if args.shared_len > 0 && (args.suffix_len == 0 || args.shared_len + args.suffix_len > max) {
+        return Err(Error::InvalidArgument(format!(
+            "--shared-len + --suffix-len must fit the context of {max}, with --suffix-len at least 1"
+        )));
+    }
+    let prefix = (args.shared_len > 0).then_some((args.shared_len, args.suffix_len));
+    let r = kvlab::cache::bench::run(
+        &model,
+        &name,
+        &args.contexts,
+        args.block_size,
+        args.reps,
+        prefix,
+    )?;
+    if args.json {
+        print_json(&r)
+    } else {
+        kvlab::cache::bench::print(&r);
         Ok(())
     }
 }

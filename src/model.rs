@@ -10,12 +10,13 @@
 //! - **naive** (`use_cache=False`): every step runs the *whole* sequence again,
 //!   and attention uses the K and V this very pass computed for every position;
 //! - **cached**: each pass runs only the new tokens, appends their K and V to
-//!   the [`KvCache`] and attends over everything the cache holds.
+//!   a cache ([`KvStore`]: preallocated, growable, paged or prefix-shared) and
+//!   attends over everything the cache holds.
 
 use crate::attention::{causal_attention, Heads};
+use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::kv_cache::KvCache;
 use crate::ops;
 use ndarray::{Array1, Array2};
 
@@ -72,7 +73,8 @@ pub enum KvSource<'a> {
     /// K and V it just computed *are* all the keys and values there are.
     ThisPass,
     /// Cached: append this pass's K and V to the cache, then attend over all of it.
-    Cache(&'a mut KvCache),
+    /// Any layout will do (`&mut KvCache` converts to this): see `src/cache/`.
+    Cache(&'a mut dyn KvStore),
 }
 // ANCHOR_END: kv_source
 
@@ -118,10 +120,7 @@ impl Model {
         }
         let start_pos = match kv {
             KvSource::ThisPass => 0,
-            KvSource::Cache(cache) => {
-                cache.reserve(n)?;
-                cache.len()
-            }
+            KvSource::Cache(cache) => cache.len(),
         };
         if start_pos + n > c.max_position_embeddings {
             return Err(Error::PromptTooLong {
@@ -129,16 +128,21 @@ impl Model {
                 max_seq_len: c.max_position_embeddings,
             });
         }
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(Error::TokenOutOfRange {
+                id,
+                vocab_size: c.vocab_size,
+            });
+        }
+        // The input is checked; `prepare` makes room (or fails) before any layer writes,
+        // so a pass that fails leaves the cache as it was.
+        if let KvSource::Cache(cache) = kv {
+            cache.prepare(tokens)?;
+        }
 
         // Token embedding: row `token` of the table.        x: [n, dim]
         let mut x = Array2::<f32>::zeros((n, dim));
         for (i, &token) in tokens.iter().enumerate() {
-            if token as usize >= c.vocab_size {
-                return Err(Error::TokenOutOfRange {
-                    id: token,
-                    vocab_size: c.vocab_size,
-                });
-            }
             x.row_mut(i).assign(&self.embed.row(token as usize));
         }
 
@@ -186,8 +190,8 @@ impl Model {
                 KvSource::ThisPass => causal_attention(&q, &k, &v, 0, heads),
                 KvSource::Cache(cache) => {
                     cache.write(l, &k, &v)?;
-                    let (keys, values) = cache.read(l, start_pos + n);
-                    causal_attention(&q, keys, values, start_pos, heads)
+                    // Contiguous rows, or a block table (PagedAttention): same arithmetic.
+                    cache.read(l, start_pos + n).attend(&q, start_pos, heads)
                 }
             };
             ops::add_inplace(x_s, &linear(&attn, &layer.wo));

@@ -7,8 +7,11 @@ use kvlab::Model;
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 use std::path::Path;
 
-/// (name, dtype, shape, bytes) of every tensor in a saved model.
-fn read_tensors(dir: &Path) -> Vec<(String, Dtype, Vec<usize>, Vec<u8>)> {
+/// One tensor as stored: (name, dtype, shape, bytes).
+type Stored = (String, Dtype, Vec<usize>, Vec<u8>);
+
+/// Every tensor in a saved model.
+fn read_tensors(dir: &Path) -> Vec<Stored> {
     let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let mut all: Vec<_> = st
@@ -20,7 +23,7 @@ fn read_tensors(dir: &Path) -> Vec<(String, Dtype, Vec<usize>, Vec<u8>)> {
     all
 }
 
-fn write(path: &Path, tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)]) {
+fn write(path: &Path, tensors: &[Stored]) {
     let views: Vec<_> = tensors
         .iter()
         .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
@@ -78,8 +81,10 @@ fn bf16_and_f16_weights_load_as_their_f32_values() {
     };
 
     for dtype in [Dtype::BF16, Dtype::F16] {
-        // Round every weight to 16 bits, in the file and in a reference f32 copy.
-        let rounded: Vec<(String, Dtype, Vec<usize>, Vec<u8>, Vec<u8>)> = f32_tensors
+        // Round every weight to 16 bits, in the file and in a reference f32 copy:
+        // (name, dtype, shape, 16-bit bytes, the same values as f32 bytes).
+        type Rounded = (String, Dtype, Vec<usize>, Vec<u8>, Vec<u8>);
+        let rounded: Vec<Rounded> = f32_tensors
             .iter()
             .map(|(n, _, s, b)| {
                 let (half_bytes, back): (Vec<[u8; 2]>, Vec<f32>) = as_f32(b)

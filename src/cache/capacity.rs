@@ -1,0 +1,167 @@
+//! `kvlab capacity`: how many requests fit in one memory budget, preallocated vs paged
+//! (the seed's §3.3 and §3.4: "the same GPU serves several more concurrent requests").
+//!
+//! A preallocating engine must reserve `prompt + max_new_tokens` positions per request
+//! before decoding, because it cannot know when the model will stop. Most requests stop
+//! well before `max_new_tokens`: the rest of the reservation is never written, and no
+//! other request can use it (internal fragmentation, Kwon et al. 2023 §3 measured 60-80%
+//! of KV memory wasted this way in earlier systems). A paged engine gives each request
+//! blocks as it grows, so at its longest a request holds `ceil((prompt + output) /
+//! block_size)` blocks: less than one block of waste.
+//!
+//! The experiment draws a seeded mix of requests, admits them in arrival order until the
+//! budget is full, and counts: with preallocation by formula (checked equal to the real
+//! allocation in `tests/kv_size.rs`), with paging by running the real block allocator
+//! ([`PagedCache::counting_only`]) at every request's peak length.
+
+use super::paged::PagedCache;
+use super::{bytes_per_token, KvStore};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::rng::Rng;
+use serde::Serialize;
+
+/// One request of the mix.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Request {
+    pub prompt_len: usize,
+    /// Tokens it really generates before stopping (at most max_new_tokens).
+    pub output_len: usize,
+}
+
+/// A seeded mix: prompt lengths log-uniform in `[16, max_prompt]` (many short prompts,
+/// a few long ones), output lengths uniform in `[1, max_new_tokens]`.
+pub fn request_mix(n: usize, max_prompt: usize, max_new_tokens: usize, seed: u64) -> Vec<Request> {
+    let mut rng = Rng::new(seed);
+    let (lo, hi) = (16f64.ln(), (max_prompt.max(16) as f64).ln());
+    (0..n)
+        .map(|_| Request {
+            prompt_len: (lo + (hi - lo) * rng.next_f32() as f64).exp().round() as usize,
+            output_len: 1 + (rng.next_u64() % max_new_tokens.max(1) as u64) as usize,
+        })
+        .collect()
+}
+
+/// How one layout did with the budget.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fit {
+    /// Requests admitted, in arrival order, before the first that did not fit.
+    pub requests: usize,
+    /// Bytes those requests hold for themselves.
+    pub bytes_reserved: usize,
+    /// Bytes holding their tokens, at their longest.
+    pub bytes_live: usize,
+    /// `1 - live / reserved`: the share of the reservation never written.
+    pub waste: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CapacityReport {
+    pub budget_bytes: usize,
+    pub bytes_per_token: usize,
+    pub block_size: usize,
+    pub max_new_tokens: usize,
+    pub offered: usize,
+    pub mean_prompt_len: f64,
+    pub mean_output_len: f64,
+    pub preallocated: Fit,
+    pub paged: Fit,
+    /// Paged requests / preallocated requests.
+    pub gain: f64,
+}
+
+// ANCHOR: capacity
+/// Admits `requests` in order into `budget_bytes` of f32 KV cache of `config`'s shape.
+pub fn capacity(
+    config: &Config,
+    budget_bytes: usize,
+    block_size: usize,
+    max_new_tokens: usize,
+    requests: &[Request],
+) -> Result<CapacityReport> {
+    let per_token = bytes_per_token(config);
+    // Preallocated: prompt + max_new_tokens each, reserved before the first token.
+    let (mut n, mut reserved, mut live) = (0, 0, 0);
+    for r in requests {
+        let reserve = (r.prompt_len + max_new_tokens) * per_token;
+        if reserved + reserve > budget_bytes {
+            break;
+        }
+        (n, reserved, live) = (
+            n + 1,
+            reserved + reserve,
+            live + (r.prompt_len + r.output_len) * per_token,
+        );
+    }
+    let preallocated = fit(n, reserved, live);
+
+    // Paged: the real allocator, each request at its longest (prompt + output).
+    let mut pool = PagedCache::counting_only(config, block_size, budget_bytes, false)?;
+    let (mut n, mut live) = (0, 0);
+    for r in requests {
+        let id = pool.add_sequence();
+        let mut seq = pool.seq(id)?;
+        let tokens = vec![0; r.prompt_len + r.output_len];
+        match seq.prepare(&tokens) {
+            Ok(()) => seq.advance(tokens.len()),
+            Err(Error::BlockBudgetExhausted { .. }) => break,
+            Err(e) => return Err(e),
+        }
+        (n, live) = (n + 1, live + tokens.len() * per_token);
+    }
+    let paged = fit(n, pool.bytes_in_use(), live);
+    // ANCHOR_END: capacity
+
+    let count = requests.len().max(1) as f64;
+    Ok(CapacityReport {
+        budget_bytes,
+        bytes_per_token: per_token,
+        block_size,
+        max_new_tokens,
+        offered: requests.len(),
+        mean_prompt_len: requests.iter().map(|r| r.prompt_len).sum::<usize>() as f64 / count,
+        mean_output_len: requests.iter().map(|r| r.output_len).sum::<usize>() as f64 / count,
+        gain: paged.requests as f64 / preallocated.requests.max(1) as f64,
+        preallocated,
+        paged,
+    })
+}
+
+fn fit(requests: usize, bytes_reserved: usize, bytes_live: usize) -> Fit {
+    Fit {
+        requests,
+        bytes_reserved,
+        bytes_live,
+        waste: if bytes_reserved == 0 {
+            0.0
+        } else {
+            1.0 - bytes_live as f64 / bytes_reserved as f64
+        },
+    }
+}
+
+/// `"1GiB"`, `"512MiB"`, `"2GB"`, `"1e9"` or plain bytes → bytes.
+pub fn parse_bytes(text: &str) -> Result<usize> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        _ => f64::NAN,
+    };
+    let value: f64 = number.trim().parse().unwrap_or(f64::NAN) * scale;
+    if !value.is_finite() || value < 1.0 || value > (1u64 << 50) as f64 {
+        return Err(Error::InvalidArgument(format!(
+            "{text:?} is not a byte count: write e.g. 1073741824, 1GiB, 512MiB or 2GB"
+        )));
+    }
+    Ok(value as usize)
+}

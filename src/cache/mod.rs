@@ -1,0 +1,179 @@
+//! Where the KV cache lives: one interface, four layouts (the seed's §3.3, §3.4, §4.2).
+//!
+//! The model's cached path only needs a handful of verbs from a cache ([`KvStore`]):
+//! how many positions it holds, make room for the next tokens, write one layer's K
+//! and V, hand attention a view of one layer, mark the positions filled. Each layout
+//! is one struct in one file, with the same verbs (as candle's `kv_cache.rs`):
+//!
+//! | layout | file | reserves | a new token costs |
+//! |---|---|---|---|
+//! | preallocated | `src/kv_cache.rs` | prompt + max_new_tokens, up front | a copy of one row |
+//! | growable | [`growable`] | what is stored, doubled when full | a row, and now and then a copy of *everything* |
+//! | paged | [`paged`] + [`paged_seq`] + [`block_pool`] | whole blocks of `block_size` positions, on demand | a row, and a block every `block_size` tokens |
+//! | prefix | [`paged`] + [`prefix`] | blocks, shared between sequences with the same prefix | the same, minus what another request computed |
+//!
+//! All four give bitwise-identical logits (`tests/caches.rs`): attention does the same
+//! arithmetic whatever the layout; only the address of row `j` differs
+//! ([`crate::attention::KvRows`]).
+//!
+//! Every layout reports the bytes it **reserves** and the bytes that hold **live**
+//! positions; the difference is the waste the chapters "Cache layouts" and
+//! "Capacity" measure.
+
+pub mod bench;
+pub mod block_pool;
+pub mod capacity;
+pub mod growable;
+pub mod paged;
+pub mod paged_seq;
+pub mod prefix;
+pub mod shared_prompt;
+pub mod svg;
+pub mod trace;
+
+use crate::attention::KvView;
+use crate::config::Config;
+use crate::error::Result;
+use crate::kv_cache::KvCache;
+use serde::Serialize;
+
+pub use growable::GrowableCache;
+pub use paged::{PagedCache, SeqId};
+pub use paged_seq::PagedSeq;
+
+/// Positions per block when none is given: vLLM's default on GPUs (Kwon et al. 2023
+/// found 16-32 a good trade between waste in the last block and gather overhead).
+pub const DEFAULT_BLOCK_SIZE: usize = 16;
+
+// ANCHOR: kv_store
+/// The verbs the model's cached path uses, in the order one forward pass calls them:
+/// `len` → `prepare` → for each layer (`write` → `read`) → `advance`.
+pub trait KvStore {
+    /// Positions stored: the position of the next token.
+    fn len(&self) -> usize;
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Makes room for `tokens`, the ids of positions `len..len + tokens.len()` that this
+    /// forward pass will write, *before* any layer writes: an error (cache full, budget
+    /// exhausted) leaves the cache as it was. A prefix cache keeps the ids to name blocks.
+    fn prepare(&mut self, tokens: &[u32]) -> Result<()>;
+
+    /// Writes layer `layer`'s K and V of the prepared positions. `k`, `v`: `[n, kv_dim]`.
+    fn write(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
+
+    /// Layer `layer`'s keys and values for positions `0..end`, laid out as this cache keeps them.
+    fn read(&self, layer: usize, end: usize) -> KvView<'_>;
+
+    /// Marks the `n` prepared positions filled, once every layer has written them.
+    fn advance(&mut self, n: usize);
+
+    /// Forgets positions `len..` (a chat turn that diverges from what is cached).
+    fn truncate(&mut self, len: usize);
+
+    /// Bytes this cache holds for itself: what another request cannot use.
+    fn bytes_reserved(&self) -> usize;
+
+    /// Bytes holding live positions: `len x 2 x n_layers x kv_dim x 4`.
+    fn bytes_used(&self) -> usize;
+
+    /// Bytes copied so far to reorganise the cache (a growth, a copy-on-write): work
+    /// that a preallocated cache never does.
+    fn bytes_copied(&self) -> usize {
+        0
+    }
+}
+// ANCHOR_END: kv_store
+
+impl<S: KvStore + ?Sized> KvStore for Box<S> {
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
+        (**self).prepare(tokens)
+    }
+    fn write(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        (**self).write(layer, k, v)
+    }
+    fn read(&self, layer: usize, end: usize) -> KvView<'_> {
+        (**self).read(layer, end)
+    }
+    fn advance(&mut self, n: usize) {
+        (**self).advance(n)
+    }
+    fn truncate(&mut self, len: usize) {
+        (**self).truncate(len)
+    }
+    fn bytes_reserved(&self) -> usize {
+        (**self).bytes_reserved()
+    }
+    fn bytes_used(&self) -> usize {
+        (**self).bytes_used()
+    }
+    fn bytes_copied(&self) -> usize {
+        (**self).bytes_copied()
+    }
+}
+
+/// Which layout the cached path keeps its K and V in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheKind {
+    /// Contiguous, reserved for prompt + max_new_tokens before the first token.
+    #[default]
+    Preallocated,
+    /// Contiguous, doubled (with a copy) whenever it is full.
+    Growable,
+    /// Fixed-size blocks from a pool, taken as the sequence crosses into each one.
+    Paged,
+    /// Paged, with full blocks shared by every sequence that has the same prefix.
+    Prefix,
+}
+
+impl CacheKind {
+    pub const ALL: [CacheKind; 4] = [
+        CacheKind::Preallocated,
+        CacheKind::Growable,
+        CacheKind::Paged,
+        CacheKind::Prefix,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheKind::Preallocated => "preallocated",
+            CacheKind::Growable => "growable",
+            CacheKind::Paged => "paged",
+            CacheKind::Prefix => "prefix",
+        }
+    }
+}
+
+/// A cache of layout `kind` for one sequence of up to `capacity` positions.
+///
+/// Preallocated reserves all of `capacity` now; growable starts at
+/// [`growable::INITIAL_CAPACITY`] and doubles; paged and prefix get a pool of exactly
+/// `ceil(capacity / block_size)` blocks and take them one at a time.
+pub fn new_store(
+    config: &Config,
+    kind: CacheKind,
+    capacity: usize,
+    block_size: usize,
+) -> Result<Box<dyn KvStore>> {
+    Ok(match kind {
+        CacheKind::Preallocated => Box::new(KvCache::new(config, capacity)),
+        CacheKind::Growable => Box::new(GrowableCache::new(config, growable::INITIAL_CAPACITY)?),
+        CacheKind::Paged | CacheKind::Prefix => Box::new(PagedSeq::single(
+            config,
+            block_size,
+            capacity.div_ceil(block_size.max(1)).max(1),
+            kind == CacheKind::Prefix,
+        )?),
+    })
+}
+
+/// Bytes of one position (K and V, every layer) in kvlab's f32 caches.
+pub fn bytes_per_token(config: &Config) -> usize {
+    2 * config.num_hidden_layers * config.n_kv_heads() * config.head_dim() * size_of::<f32>()
+}
