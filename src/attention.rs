@@ -17,10 +17,11 @@
 //! In a contiguous cache, row `j` sits at `j * kv_dim`; in a paged cache it sits in
 //! block `j / block_size` of the sequence's block table (PagedAttention, Kwon et al.
 //! 2023). The arithmetic per (query, head) is the same for every layout — the same
-//! `dot`s, the same softmax, the same sum in order of `j` — so every layout gives
-//! bitwise-identical outputs (chapters "Attention" and "Paged attention").
+//! chains of multiply-adds per score, the same softmax, the same sum in order of `j`
+//! — so every layout gives bitwise-identical outputs (chapters "Attention" and
+//! "Paged attention").
 
-use crate::ops::{dot, softmax};
+use crate::ops::softmax;
 use rayon::prelude::*;
 
 /// The sizes attention needs, from the config.
@@ -62,6 +63,19 @@ pub fn attention_over<R: KvRows + ?Sized>(
     // MHA is kv_mul = 1, MQA is n_kv_heads = 1. Same code for all three.
     let kv_mul = n_heads / n_kv_heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
+    let end = start_pos + q.len() / (n_heads * head_dim);
+
+    // Every KV head's keys, transposed: `[n_kv_heads, head_dim, end]`. Then the
+    // scores of one query, `q · Kᵀ`, are `head_dim` passes of `score[j] += q[d] · kᵀ[d][j]`
+    // over contiguous memory: vector instructions across positions `j`, no
+    // horizontal sums. Each score is the chain `fma(q[d], k[j][d], ·)` for
+    // d = 0, 1, 2... from 0.0, whatever the number of queries or positions.
+    let mut keys_t = vec![0.0f32; n_kv_heads * head_dim * end];
+    for j in 0..end {
+        for (c, &k) in rows.key(j).iter().enumerate() {
+            keys_t[c * end + j] = k;
+        }
+    }
     let mut out = vec![0.0f32; q.len()];
 
     // One task per (query row, head): each writes its own `head_dim` slice of `out`.
@@ -72,15 +86,25 @@ pub fn attention_over<R: KvRows + ?Sized>(
             let pos = start_pos + i;
             let q_head = &q[row_head * head_dim..(row_head + 1) * head_dim];
             let kv_head = h / kv_mul;
-            let key = |j: usize| &rows.key(j)[kv_head * head_dim..][..head_dim];
-            let value = |j: usize| &rows.value(j)[kv_head * head_dim..][..head_dim];
+            let k_t = &keys_t[kv_head * head_dim * end..][..head_dim * end];
 
             // The causal mask: position `pos` attends to positions 0..=pos only.
-            let mut scores: Vec<f32> = (0..=pos).map(|j| dot(q_head, key(j)) * scale).collect();
+            let mut scores = vec![0.0f32; pos + 1];
+            for (d, &q_d) in q_head.iter().enumerate() {
+                let k_d = &k_t[d * end..][..pos + 1]; // dimension d of keys 0..=pos
+                for (s, &k) in scores.iter_mut().zip(k_d) {
+                    *s = q_d.mul_add(k, *s);
+                }
+            }
+            for s in scores.iter_mut() {
+                *s *= scale;
+            }
             softmax(&mut scores);
+            // out = Σ_j p_j · v_j, in order of j.
             for (j, &p) in scores.iter().enumerate() {
-                for (o, &v) in out_head.iter_mut().zip(value(j)) {
-                    *o += p * v;
+                let v = &rows.value(j)[kv_head * head_dim..][..head_dim];
+                for (o, &v) in out_head.iter_mut().zip(v) {
+                    *o = p.mul_add(v, *o);
                 }
             }
         });
