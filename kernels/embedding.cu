@@ -1,0 +1,36 @@
+// embedding.cu — token embedding: copy row `tokens[r]` of the table into row `r` of `out`.
+//
+//   out[r][d] = table[tokens[r]][d]        out: [n, dim] f32, table: [vocab, dim], tokens: [n]
+//
+// Launch: 1-D, one thread per output element (n * dim threads), 256 per block.
+// Consecutive threads copy consecutive `d` of one row, so reads and writes are coalesced.
+// The host checks every token id against the vocabulary before launching (a bad id is
+// an Error::TokenOutOfRange, never an out-of-bounds read here).
+//
+// CPU twin: the `x.row_mut(i).assign(&self.embed.row(token))` loop in Model::forward_hidden
+// (src/model.rs). Two entry points: the table in f32, or in bf16 (widened to f32 on the fly:
+// bf16 -> f32 is exact, so the f32 and bf16 models start from the same numbers they store).
+
+#include <cuda_bf16.h>
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ void embedding(float* out, const T* table, const unsigned int* tokens, int n, int dim) {
+    long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)n * dim) return;
+    int r = (int)(idx / dim);
+    int d = (int)(idx % dim);
+    out[idx] = to_f32(table[(size_t)tokens[r] * dim + d]);
+}
+
+extern "C" __global__ void embedding_f32(float* out, const float* table,
+                                         const unsigned int* tokens, int n, int dim) {
+    embedding<float>(out, table, tokens, n, dim);
+}
+
+extern "C" __global__ void embedding_bf16(float* out, const __nv_bfloat16* table,
+                                          const unsigned int* tokens, int n, int dim) {
+    embedding<__nv_bfloat16>(out, table, tokens, n, dim);
+}

@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# The GPU check: kvlab's CUDA backend on a real NVIDIA GPU, from binaries built elsewhere.
+#
+# Two halves, because the GPU machine has no internet and no Rust toolchain:
+#
+#   bash scripts/gpu-check.sh prepare     HERE (x86-64, no GPU needed): builds the `kvlab`
+#       binary and the tests/cuda.rs test binary (release, --features cuda), strips them into
+#       target/gpu-check/ (a few MB), and prints how to carry them.
+#
+#   bash scripts/gpu-check.sh             THERE (a machine with an NVIDIA GPU), from the
+#       repository root, with target/gpu-check/ carried along:
+#         1. the GPU and its driver (nvidia-smi)
+#         2. finds libnvrtc.so.13 (beside its libnvrtc-builtins) and cuda_bf16.h, preferring an
+#            NVRTC no newer than the driver, and exports LD_LIBRARY_PATH and CUDA_INCLUDE_DIR
+#         3. the CUDA tests: every kernel against its CPU twin (max error, then time), GPU
+#            naive == cached bit for bit, GPU logits vs CPU logits, greedy tokens GPU == CPU
+#         4. the benchmark: prefill and decode tokens/s at 128/512/1024 tokens of context,
+#            fraction of HBM bandwidth, kernel launches per token (KVLAB_BENCH_CONTEXTS=...)
+#         5. `kvlab demo --device cuda` in f32 and bf16: naive vs cached through the CLI
+#       Everything is also written to $OUT/gpu-check.log when $OUT is set.
+#
+# With the project's device tool: run(command="bash scripts/gpu-check.sh",
+#                                     carry=["target/gpu-check"], timeout_s=540)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+BUNDLE=target/gpu-check
+
+prepare() {
+    set -e
+    echo "== building (release, --features cuda)"
+    cargo build --release --features cuda
+    local test_bin
+    test_bin=$(cargo test --release --features cuda --test cuda --no-run 2>&1 |
+        tee /dev/stderr | sed -n 's/.*Executable tests\/cuda.rs (\(.*\))$/\1/p' | tail -1)
+    if [ -z "$test_bin" ] || [ ! -x "$test_bin" ]; then
+        echo "could not find the tests/cuda.rs binary in cargo's output" >&2
+        exit 1
+    fi
+    mkdir -p "$BUNDLE"
+    cp target/release/kvlab "$BUNDLE/kvlab"
+    cp "$test_bin" "$BUNDLE/cuda-tests"
+    strip "$BUNDLE/kvlab" "$BUNDLE/cuda-tests"
+    echo "== $BUNDLE (from $test_bin):"
+    ls -l "$BUNDLE"
+    local glibc
+    glibc=$(objdump -T "$BUNDLE/kvlab" "$BUNDLE/cuda-tests" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
+    echo "needs glibc >= ${glibc#GLIBC_} on the GPU machine; $(du -sh "$BUNDLE" | cut -f1) to carry (limit 64 MiB with the tree)"
+    echo "now: run(command=\"bash scripts/gpu-check.sh\", carry=[\"$BUNDLE\"], timeout_s=540)"
+}
+
+# ---------------------------------------------------------------------------------------------
+
+step_status=()
+record() { step_status+=("$1: $2"); }
+
+# Prints the major.minor of the NVRTC in folder $1, from its builtins library's file name
+# (libnvrtc-builtins.so.13.0 in a wheel, libnvrtc-builtins.so.13.0.88 in a toolkit).
+nvrtc_version_in() {
+    local f
+    f=$(ls "$1"/libnvrtc-builtins.so.* 2>/dev/null | head -1)
+    [ -n "$f" ] && basename "$f" | sed -n 's/^libnvrtc-builtins\.so\.\([0-9]*\.[0-9]*\).*/\1/p'
+}
+
+# "13.0" <= "13.0" ? (major.minor)
+version_le() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -1)" = "$1" ]; }
+
+find_nvrtc() {
+    echo "== 2. NVRTC and the CUDA headers"
+    local driver_cuda="$1" dirs=() d
+    IFS=: read -r -a from_env <<<"${LD_LIBRARY_PATH:-}"
+    dirs+=("${from_env[@]}")
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 \
+        /usr/local/cuda-13*/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+        dirs+=("$d")
+    done
+    # Python wheels (nvidia-cuda-nvrtc): every python3 on the PATH, and the image's torch venv.
+    for py in python3 /opt/torch/.venv/bin/python3; do
+        command -v "$py" >/dev/null 2>&1 || continue
+        while read -r sp; do
+            dirs+=("$sp/nvidia/cu13/lib" "$sp/nvidia/cuda_nvrtc/lib")
+        done < <("$py" -c 'import site; print("\n".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null)
+    done
+    # Nothing in the usual places: search the file system (bounded: a minute at most).
+    local any=""
+    for d in "${dirs[@]}"; do [ -n "$d" ] && [ -e "$d/libnvrtc.so.13" ] && any=1 && break; done
+    if [ -z "$any" ]; then
+        echo "   not in the usual places; searching / for libnvrtc.so.13 ..."
+        while read -r f; do dirs+=("$(dirname "$f")"); done < <(timeout 60 find / -xdev \
+            -name 'libnvrtc.so.13*' -not -path '/proc/*' 2>/dev/null | head -20)
+    fi
+
+    local seen=" " best="" best_v="" v
+    for d in "${dirs[@]}"; do
+        [ -n "$d" ] && [ -e "$d/libnvrtc.so.13" ] || continue
+        d=$(cd "$d" && pwd -P)
+        case "$seen" in *" $d "*) continue ;; esac
+        seen="$seen$d "
+        v=$(nvrtc_version_in "$d")
+        echo "   found libnvrtc.so.13 in $d (builtins ${v:-MISSING})"
+        [ -n "$v" ] || continue # libnvrtc without its builtins fails at the first compile
+        # Prefer the newest NVRTC that is no newer than the driver; else the oldest found.
+        if [ -z "$best" ]; then
+            best=$d best_v=$v
+        elif version_le "$v" "$driver_cuda" && { ! version_le "$best_v" "$driver_cuda" || version_le "$best_v" "$v"; }; then
+            best=$d best_v=$v
+        elif ! version_le "$best_v" "$driver_cuda" && version_le "$v" "$best_v"; then
+            best=$d best_v=$v
+        fi
+    done
+    if [ -z "$best" ]; then
+        echo "   no libnvrtc.so.13 with its builtins found: the CUDA tests cannot compile kernels"
+        record "2. NVRTC" "NOT FOUND"
+        return 1
+    fi
+    echo "   using NVRTC $best_v from $best (driver supports CUDA ${driver_cuda:-?})"
+    if [ -n "$driver_cuda" ] && ! version_le "$best_v" "$driver_cuda"; then
+        echo "   NVRTC $best_v is newer than the driver's CUDA $driver_cuda: kvlab will compile CUBIN instead of PTX"
+    fi
+    export LD_LIBRARY_PATH="$best${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+    local inc=""
+    for d in "${CUDA_INCLUDE_DIR:-}" "$best/../include" /usr/local/cuda/include; do
+        if [ -n "$d" ] && [ -f "$d/cuda_bf16.h" ]; then inc=$(cd "$d" && pwd -P) && break; fi
+    done
+    if [ -z "$inc" ]; then
+        inc=$(timeout 60 find / -xdev -name cuda_bf16.h -not -path '/proc/*' 2>/dev/null | head -1)
+        inc=${inc%/cuda_bf16.h}
+    fi
+    echo "   cuda_bf16.h in: ${inc:-NOT FOUND}"
+    [ -n "$inc" ] && export CUDA_INCLUDE_DIR="$inc"
+    echo "   LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "   CUDA_INCLUDE_DIR=${CUDA_INCLUDE_DIR:-}"
+    record "2. NVRTC" "$best_v ($best)"
+}
+
+find_binary() { # $1: bundle name, $2: glob under target/release
+    if [ -x "$BUNDLE/$1" ]; then
+        echo "$BUNDLE/$1"
+    else
+        ls -t $2 2>/dev/null | while read -r f; do
+            [ -x "$f" ] && [ -f "$f" ] && echo "$f" && break
+        done
+    fi
+}
+
+run_check() {
+    local test_bin kvlab
+    test_bin=$(find_binary cuda-tests 'target/release/deps/cuda-*')
+    kvlab=$(find_binary kvlab 'target/release/kvlab')
+    echo "== kvlab GPU check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), in $PWD"
+    echo "   test binary: ${test_bin:-NOT FOUND}   kvlab: ${kvlab:-NOT FOUND}"
+
+    echo "== 1. the GPU"
+    local driver_cuda=""
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm,clocks.max.mem --format=csv
+        driver_cuda=$(nvidia-smi | sed -n 's/.*CUDA Version: *\([0-9]*\.[0-9]*\).*/\1/p' | head -1)
+        echo "   driver supports CUDA $driver_cuda"
+        record "1. GPU" "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), CUDA $driver_cuda"
+    else
+        echo "   nvidia-smi not found"
+        record "1. GPU" "nvidia-smi not found"
+    fi
+    ldconfig -p 2>/dev/null | grep -E 'libcuda\.so' | head -3
+
+    find_nvrtc "$driver_cuda"
+
+    echo "== 3. CUDA tests (kernels vs CPU, naive == cached, GPU vs CPU)"
+    if [ -n "$test_bin" ]; then
+        if KVLAB_REQUIRE_GPU=1 timeout 420 "$test_bin" --test-threads=1 --nocapture; then
+            record "3. tests" "PASS"
+        else
+            record "3. tests" "FAIL (exit $?)"
+        fi
+    else
+        record "3. tests" "no test binary (run \`bash scripts/gpu-check.sh prepare\` where cargo is)"
+    fi
+
+    echo "== 4. benchmark"
+    if [ -n "$test_bin" ]; then
+        if KVLAB_REQUIRE_GPU=1 timeout 300 "$test_bin" --ignored --exact gpu_bench --nocapture --test-threads=1; then
+            record "4. bench" "done"
+        else
+            record "4. bench" "FAIL (exit $?)"
+        fi
+    fi
+
+    echo "== 5. kvlab demo --device cuda (random SmolLM2-shaped model, 100-token prompt, 32 tokens)"
+    if [ -n "$kvlab" ]; then
+        local dtype
+        for dtype in f32 bf16; do
+            echo "-- --gpu-dtype $dtype"
+            if timeout 300 "$kvlab" demo --device cuda --gpu-dtype "$dtype" --max-new-tokens 32; then
+                record "5. demo $dtype" "PASS"
+            else
+                record "5. demo $dtype" "FAIL (exit $?)"
+            fi
+        done
+    else
+        record "5. demo" "no kvlab binary"
+    fi
+
+    echo "== summary"
+    local s failed=0
+    for s in "${step_status[@]}"; do
+        echo "   $s"
+        case "$s" in *FAIL* | *"NOT FOUND"* | *"no test binary"*) failed=1 ;; esac
+    done
+    return $failed
+}
+
+case "${1:-run}" in
+prepare) prepare ;;
+run)
+    if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
+        run_check 2>&1 | tee "$OUT/gpu-check.log"
+        exit "${PIPESTATUS[0]}"
+    fi
+    run_check
+    ;;
+*)
+    echo "usage: bash scripts/gpu-check.sh [prepare|run]" >&2
+    exit 2
+    ;;
+esac

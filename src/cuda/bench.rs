@@ -1,0 +1,174 @@
+//! How fast the GPU runs prefill and decode, next to the roofline (the seed's §1.3).
+//!
+//! A decode step multiplies one token's vector by every weight matrix: two FLOPs per
+//! weight, and every weight must come from memory. So a step cannot be faster than
+//! `bytes read / memory bandwidth`, where the bytes are all the weights plus the KV cache
+//! read by attention. This module measures tokens/s and prints the fraction of that
+//! roofline reached (an H200 moves about 4.8e12 bytes/s), plus how many kernels a token
+//! launches — for a model this small, launch overhead (a few µs each, ~450 per token) is
+//! what actually bounds decode, which is why engines capture the step in a CUDA graph.
+//!
+//! Prefill is the other regime: many rows share each weight, and the time is FLOPs.
+//! A naive step at context `L` costs a prefill of `L` tokens; a cached step costs one token.
+
+use super::{AttentionVersion, GpuModel, MatmulVersion};
+use crate::device::GpuDtype;
+use crate::error::Result;
+use crate::generate::Decoder;
+use crate::ops;
+use crate::rng::Rng;
+use serde::Serialize;
+use std::time::Instant;
+
+/// HBM3e bandwidth of one H200, bytes/s (NVIDIA's data sheet: 4.8 TB/s).
+pub const H200_HBM_BYTES_PER_S: f64 = 4.8e12;
+
+/// One measurement: a model, its kernels, one context length.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRow {
+    pub weights: GpuDtype,
+    pub matmul: MatmulVersion,
+    pub attention: AttentionVersion,
+    /// Prompt tokens before decoding starts.
+    pub context: usize,
+    /// Cached path: the prompt in one pass (logits of the last token copied back).
+    pub prefill_ms: f64,
+    pub prefill_tok_s: f64,
+    /// Cached path, one token per step, logits copied to the host (what `kvlab generate` does).
+    pub decode_ms: f64,
+    pub decode_tok_s: f64,
+    /// The same steps with the greedy token picked on the GPU (4 bytes back per token).
+    pub decode_device_argmax_tok_s: f64,
+    /// Naive path: one step at this context recomputes all `context` tokens.
+    pub naive_step_ms: f64,
+    /// Bytes a decode step must read: weights + the KV cache at this context.
+    pub bytes_per_token: usize,
+    /// `bytes_per_token * tokens/s / peak bandwidth`, for the device-argmax decode.
+    pub hbm_fraction: f64,
+    /// Kernels launched per decode step.
+    pub launches_per_token: f64,
+}
+
+fn random_prompt(len: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut rng = Rng::new(seed);
+    (0..len)
+        .map(|_| (rng.next_u64() % vocab as u64) as u32)
+        .collect()
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Measures `model` at one `context`, decoding `decode_tokens` greedy tokens.
+pub fn bench_context(
+    model: &GpuModel,
+    context: usize,
+    decode_tokens: usize,
+    peak_bytes_per_s: f64,
+) -> Result<BenchRow> {
+    let c = &model.config;
+    let prompt = random_prompt(context, c.vocab_size, context as u64);
+    let capacity = context + decode_tokens + 1;
+    let gpu = model.gpu();
+
+    // Warm-up: the first launch of each kernel pays one-off costs; keep them out of the figures.
+    {
+        let mut warm = model.cached_decoder(capacity)?;
+        let token = warm.prefill_greedy(&prompt)?;
+        warm.step_greedy(token)?;
+    }
+
+    // Cached path, logits to the host, as the generation loop runs it.
+    let mut cached = model.cached_decoder(capacity)?;
+    let t = Instant::now();
+    let logits = cached.prefill(&prompt)?; // returns after the copy back: the GPU is done
+    let prefill_ms = ms_since(t);
+    let mut token = ops::argmax(&logits) as u32;
+    let launches_before = gpu.launches();
+    let t = Instant::now();
+    for _ in 0..decode_tokens {
+        token = ops::argmax(&cached.step(token)?) as u32;
+    }
+    let decode_ms = ms_since(t) / decode_tokens as f64;
+    let launches_per_token = (gpu.launches() - launches_before) as f64 / decode_tokens as f64;
+
+    // Cached path, greedy token picked on the GPU.
+    let mut greedy = model.cached_decoder(capacity)?;
+    let mut token = greedy.prefill_greedy(&prompt)?;
+    let t = Instant::now();
+    for _ in 0..decode_tokens {
+        token = greedy.step_greedy(token)?;
+    }
+    let device_argmax_ms = ms_since(t) / decode_tokens as f64;
+
+    // Naive path: a step at this context is the whole sequence again.
+    let mut naive = model.naive_decoder(context)?;
+    let t = Instant::now();
+    naive.prefill(&prompt)?;
+    let naive_step_ms = ms_since(t);
+
+    let kv_dim = c.n_kv_heads() * c.head_dim();
+    let kv_bytes_read = 2 * c.num_hidden_layers * (context + decode_tokens / 2) * kv_dim * 4;
+    let bytes_per_token = model.weights.bytes_read_per_token() + kv_bytes_read;
+    let device_tok_s = 1e3 / device_argmax_ms;
+    Ok(BenchRow {
+        weights: model.dtype,
+        matmul: model.matmul,
+        attention: model.attention,
+        context,
+        prefill_ms,
+        prefill_tok_s: context as f64 / (prefill_ms / 1e3),
+        decode_ms,
+        decode_tok_s: 1e3 / decode_ms,
+        decode_device_argmax_tok_s: device_tok_s,
+        naive_step_ms,
+        bytes_per_token,
+        hbm_fraction: bytes_per_token as f64 * device_tok_s / peak_bytes_per_s,
+        launches_per_token,
+    })
+}
+
+/// The table's header line, for [`format_row`].
+pub fn header() -> String {
+    format!(
+        "{:>5} {:>6} {:>5} {:>7} | {:>10} {:>11} | {:>9} {:>8} {:>12} | {:>10} | {:>9} {:>7} {:>9}",
+        "wts",
+        "matmul",
+        "attn",
+        "context",
+        "prefill",
+        "prefill/s",
+        "decode",
+        "tok/s",
+        "tok/s(argmx)",
+        "naive step",
+        "MB/token",
+        "of HBM",
+        "launches"
+    )
+}
+
+/// One row of the table.
+pub fn format_row(r: &BenchRow) -> String {
+    let v = |v2: bool| if v2 { "v2" } else { "v1" };
+    format!(
+        "{:>5} {:>6} {:>5} {:>7} | {:>7.2} ms {:>11.0} | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms | {:>9.1} {:>6.1}% {:>9.0}",
+        match r.weights {
+            GpuDtype::F32 => "f32",
+            GpuDtype::Bf16 => "bf16",
+        },
+        v(r.matmul == MatmulVersion::V2),
+        v(r.attention == AttentionVersion::V2),
+        r.context,
+        r.prefill_ms,
+        r.prefill_tok_s,
+        r.decode_ms,
+        r.decode_tok_s,
+        r.decode_device_argmax_tok_s,
+        r.naive_step_ms,
+        r.bytes_per_token as f64 / 1e6,
+        r.hbm_fraction * 100.0,
+        r.launches_per_token
+    )
+}

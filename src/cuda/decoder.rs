@@ -1,0 +1,73 @@
+//! The two generation paths on the GPU, behind the same [`Decoder`] trait as the CPU's
+//! (src/generate.rs), so `kvlab generate/compare/demo --device cuda` share its loop.
+
+use super::forward::{GpuKvSource, RunState};
+use super::kv_cache::GpuKvCache;
+use super::GpuModel;
+use crate::error::Result;
+use crate::generate::Decoder;
+
+/// Naive: keeps the token ids only and runs the whole sequence again at every step.
+pub struct GpuNaive<'a> {
+    pub model: &'a GpuModel,
+    pub state: RunState,
+    pub seq: Vec<u32>,
+}
+
+impl Decoder for GpuNaive<'_> {
+    fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
+        self.seq = prompt.to_vec();
+        self.model
+            .forward_logits(&self.seq, GpuKvSource::ThisPass, &mut self.state)
+    }
+    fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        self.seq.push(token);
+        self.model
+            .forward_logits(&self.seq, GpuKvSource::ThisPass, &mut self.state)
+    }
+    fn kv_bytes(&self) -> (usize, usize) {
+        (0, 0)
+    }
+}
+
+/// Cached: keeps every layer's K and V in GPU memory and runs one token per step.
+pub struct GpuCached<'a> {
+    pub model: &'a GpuModel,
+    pub state: RunState,
+    pub cache: GpuKvCache,
+}
+
+impl GpuCached<'_> {
+    /// A decode step that picks the greedy token on the GPU (`kernels/argmax.cu`) instead of
+    /// copying the logits back: what a serving engine does when it samples on the device.
+    pub fn step_greedy(&mut self, token: u32) -> Result<u32> {
+        self.model.forward_greedy(
+            &[token],
+            GpuKvSource::Cache(&mut self.cache),
+            &mut self.state,
+        )
+    }
+
+    /// Prefill, returning the greedy first token (picked on the GPU).
+    pub fn prefill_greedy(&mut self, prompt: &[u32]) -> Result<u32> {
+        self.model
+            .forward_greedy(prompt, GpuKvSource::Cache(&mut self.cache), &mut self.state)
+    }
+}
+
+impl Decoder for GpuCached<'_> {
+    fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
+        self.model
+            .forward_logits(prompt, GpuKvSource::Cache(&mut self.cache), &mut self.state)
+    }
+    fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        self.model.forward_logits(
+            &[token],
+            GpuKvSource::Cache(&mut self.cache),
+            &mut self.state,
+        )
+    }
+    fn kv_bytes(&self) -> (usize, usize) {
+        (self.cache.bytes_allocated(), self.cache.bytes_used())
+    }
+}

@@ -1,0 +1,283 @@
+//! The forward pass on the GPU: src/model.rs's `forward_hidden`, line for line, with each
+//! CPU call replaced by the kernel that does the same thing.
+//!
+//! As on the CPU there is one forward function, and the two generation paths differ only
+//! in where attention gets its keys and values ([`GpuKvSource`]): the K and V this very pass
+//! computed (naive), or the KV cache after appending them (cached). Every other kernel is
+//! shared, and every kernel is row-independent (a row's numbers never depend on how many
+//! rows are in the launch), so on the GPU too the two paths give bitwise-identical logits.
+
+use super::kv_cache::GpuKvCache;
+use super::GpuModel;
+use crate::attention::Heads;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use cudarc::driver::CudaSlice;
+
+/// Where attention reads keys and values from: the one difference between the two paths.
+pub enum GpuKvSource<'a> {
+    /// Naive: the pass covers the whole sequence, so its own K and V are all there is.
+    ThisPass,
+    /// Cached: append this pass's K and V to the cache, then attend over all of it.
+    Cache(&'a mut GpuKvCache),
+}
+
+// ANCHOR: run_state
+/// The activations of one forward pass, allocated once per request for its longest pass
+/// (llama2.c's `RunState`): the naive path's last step runs `prompt + max_new_tokens - 1`
+/// rows, the cached path's prefill `prompt` rows. Each pass uses the first `n` rows.
+pub struct RunState {
+    /// Rows every buffer holds.
+    pub rows: usize,
+    /// `[rows]` the token ids of this pass
+    pub tokens: CudaSlice<u32>,
+    /// `[rows, dim]` the residual stream
+    pub x: CudaSlice<f32>,
+    /// `[rows, dim]` the input of a sub-block after RMSNorm
+    pub xb: CudaSlice<f32>,
+    /// `[rows, n_heads * head_dim]`
+    pub q: CudaSlice<f32>,
+    /// `[rows, n_kv_heads * head_dim]`
+    pub k: CudaSlice<f32>,
+    /// `[rows, n_kv_heads * head_dim]`
+    pub v: CudaSlice<f32>,
+    /// `[rows, n_heads * head_dim]` attention's output, before the O projection
+    pub att: CudaSlice<f32>,
+    /// `[rows, dim]` a sub-block's output, before it joins the residual stream
+    pub proj: CudaSlice<f32>,
+    /// `[rows, hidden]`
+    pub gate: CudaSlice<f32>,
+    /// `[rows, hidden]`
+    pub up: CudaSlice<f32>,
+    /// `[vocab]` the last token's logits
+    pub logits: CudaSlice<f32>,
+    /// `[1]` the greedy token, when it is picked on the GPU
+    pub next_token: CudaSlice<u32>,
+}
+// ANCHOR_END: run_state
+
+impl RunState {
+    pub fn new(gpu: &super::Gpu, c: &Config, rows: usize) -> Result<RunState> {
+        let rows = rows.max(1);
+        let (dim, hidden) = (c.hidden_size, c.intermediate_size);
+        let (q_dim, kv_dim) = (
+            c.num_attention_heads * c.head_dim(),
+            c.n_kv_heads() * c.head_dim(),
+        );
+        Ok(RunState {
+            rows,
+            tokens: gpu.zeros(rows)?,
+            x: gpu.zeros(rows * dim)?,
+            xb: gpu.zeros(rows * dim)?,
+            q: gpu.zeros(rows * q_dim)?,
+            k: gpu.zeros(rows * kv_dim)?,
+            v: gpu.zeros(rows * kv_dim)?,
+            att: gpu.zeros(rows * q_dim)?,
+            proj: gpu.zeros(rows * dim)?,
+            gate: gpu.zeros(rows * hidden)?,
+            up: gpu.zeros(rows * hidden)?,
+            logits: gpu.zeros(c.vocab_size)?,
+            next_token: gpu.zeros(1)?,
+        })
+    }
+}
+
+impl GpuModel {
+    pub fn heads(&self) -> Heads {
+        Heads {
+            n_heads: self.config.num_attention_heads,
+            n_kv_heads: self.config.n_kv_heads(),
+            head_dim: self.config.head_dim(),
+        }
+    }
+
+    // ANCHOR: forward
+    /// Runs `tokens` (positions `start_pos..start_pos + n`) through every layer and leaves the
+    /// **last** token's logits in `st.logits`, on the GPU. Mirrors `Model::forward`.
+    pub fn forward(&self, tokens: &[u32], mut kv: GpuKvSource, st: &mut RunState) -> Result<()> {
+        let (gpu, w, c) = (&*self.gpu, &self.weights, &self.config);
+        let (dim, hidden, n) = (c.hidden_size, c.intermediate_size, tokens.len());
+        let heads = self.heads();
+        let kv_dim = heads.n_kv_heads * heads.head_dim;
+        let (mm, attn_version) = (self.matmul, self.attention);
+        if n == 0 {
+            return Err(Error::EmptyPrompt);
+        }
+        if n > st.rows {
+            return Err(Error::Cuda(format!(
+                "this decoder's buffers hold {} positions and a pass of {n} does not fit: \
+                 size the decoder for prompt + max_new_tokens",
+                st.rows
+            )));
+        }
+        let start_pos = match &kv {
+            GpuKvSource::ThisPass => 0,
+            GpuKvSource::Cache(cache) => {
+                cache.reserve(n)?;
+                cache.len()
+            }
+        };
+        if start_pos + n > c.max_position_embeddings {
+            return Err(Error::PromptTooLong {
+                prompt_len: start_pos + n,
+                max_seq_len: c.max_position_embeddings,
+            });
+        }
+        let eps = c.rms_norm_eps as f32;
+
+        // Token embedding: row `token` of the table.        x: [n, dim]
+        gpu.embedding(
+            &mut st.x.slice_mut(..n * dim),
+            &w.embed,
+            tokens,
+            &mut st.tokens.as_view_mut(),
+        )?;
+
+        for (l, layer) in w.layers.iter().enumerate() {
+            // ---- attention block ----
+            gpu.rmsnorm(
+                &mut st.xb.as_view_mut(),
+                &st.x.as_view(),
+                &layer.attn_norm.as_view(),
+                eps,
+                n,
+            )?;
+            gpu.matmul(&mut st.q.as_view_mut(), &st.xb.as_view(), &layer.wq, n, mm)?; // [n, n_heads * head_dim]
+            gpu.matmul(&mut st.k.as_view_mut(), &st.xb.as_view(), &layer.wk, n, mm)?; // [n, n_kv_heads * head_dim]
+            gpu.matmul(&mut st.v.as_view_mut(), &st.xb.as_view(), &layer.wv, n, mm)?; // [n, n_kv_heads * head_dim]
+            for (bias, t) in [
+                (&layer.bq, &mut st.q),
+                (&layer.bk, &mut st.k),
+                (&layer.bv, &mut st.v),
+            ] {
+                if let Some(b) = bias {
+                    gpu.add_bias(&mut t.as_view_mut(), &b.as_view(), n)?;
+                }
+            }
+            gpu.rope(
+                &mut st.q.as_view_mut(),
+                &mut st.k.as_view_mut(),
+                &w.rope,
+                n,
+                heads,
+                start_pos,
+            )?;
+            // The only lines where the two paths differ.
+            match &mut kv {
+                GpuKvSource::ThisPass => {
+                    let (keys, values) = (st.k.slice(..n * kv_dim), st.v.slice(..n * kv_dim));
+                    gpu.attention(
+                        &mut st.att.as_view_mut(),
+                        &st.q.as_view(),
+                        &keys,
+                        &values,
+                        n,
+                        0,
+                        heads,
+                        attn_version,
+                    )?;
+                }
+                GpuKvSource::Cache(cache) => {
+                    cache.write(gpu, l, &st.k.as_view(), &st.v.as_view(), n)?;
+                    let (keys, values) = cache.read(l, start_pos + n);
+                    gpu.attention(
+                        &mut st.att.as_view_mut(),
+                        &st.q.as_view(),
+                        &keys,
+                        &values,
+                        n,
+                        start_pos,
+                        heads,
+                        attn_version,
+                    )?;
+                }
+            }
+            gpu.matmul(
+                &mut st.proj.as_view_mut(),
+                &st.att.as_view(),
+                &layer.wo,
+                n,
+                mm,
+            )?; // [n, dim]
+            gpu.add_inplace(&mut st.x.as_view_mut(), &st.proj.as_view(), n * dim)?;
+
+            // ---- MLP block ----
+            gpu.rmsnorm(
+                &mut st.xb.as_view_mut(),
+                &st.x.as_view(),
+                &layer.mlp_norm.as_view(),
+                eps,
+                n,
+            )?;
+            gpu.matmul(
+                &mut st.gate.as_view_mut(),
+                &st.xb.as_view(),
+                &layer.w_gate,
+                n,
+                mm,
+            )?; // [n, hidden]
+            gpu.matmul(
+                &mut st.up.as_view_mut(),
+                &st.xb.as_view(),
+                &layer.w_up,
+                n,
+                mm,
+            )?; // [n, hidden]
+            gpu.swiglu(&mut st.gate.as_view_mut(), &st.up.as_view(), n * hidden)?;
+            gpu.matmul(
+                &mut st.proj.as_view_mut(),
+                &st.gate.as_view(),
+                &layer.w_down,
+                n,
+                mm,
+            )?; // [n, dim]
+            gpu.add_inplace(&mut st.x.as_view_mut(), &st.proj.as_view(), n * dim)?;
+        }
+        if let GpuKvSource::Cache(cache) = kv {
+            cache.advance(n);
+        }
+
+        // Final RMSNorm and LM head, for the last token only.    logits: [vocab]
+        let last = st.x.slice((n - 1) * dim..n * dim);
+        gpu.rmsnorm(
+            &mut st.xb.slice_mut(..dim),
+            &last,
+            &w.final_norm.as_view(),
+            eps,
+            1,
+        )?;
+        gpu.matmul(
+            &mut st.logits.as_view_mut(),
+            &st.xb.slice(..dim),
+            &w.lm_head,
+            1,
+            mm,
+        )
+    }
+    // ANCHOR_END: forward
+
+    /// [`GpuModel::forward`], then the logits copied to the host, `[vocab]`.
+    pub fn forward_logits(
+        &self,
+        tokens: &[u32],
+        kv: GpuKvSource,
+        st: &mut RunState,
+    ) -> Result<Vec<f32>> {
+        self.forward(tokens, kv, st)?;
+        self.gpu.download(&st.logits)
+    }
+
+    /// [`GpuModel::forward`], then the greedy token picked on the GPU: 4 bytes come back
+    /// instead of `4 * vocab`.
+    pub fn forward_greedy(
+        &self,
+        tokens: &[u32],
+        kv: GpuKvSource,
+        st: &mut RunState,
+    ) -> Result<u32> {
+        self.forward(tokens, kv, st)?;
+        self.gpu
+            .argmax(&mut st.next_token.as_view_mut(), &st.logits.as_view())?;
+        Ok(self.gpu.download(&st.next_token)?[0])
+    }
+}

@@ -1,0 +1,249 @@
+//! The GPU itself: a CUDA context and stream, every kernel compiled and loaded, and the
+//! checks that turn "no GPU here" into an error message instead of a crash.
+
+use super::nvrtc::{self, KERNELS};
+use crate::error::{Error, Result};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    DriverError, ValidAsZeroBits,
+};
+use cudarc::nvrtc::Ptx;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Adds what was being done to a CUDA driver error.
+pub(crate) trait CudaContextExt<T> {
+    fn cuda(self, what: &str) -> Result<T>;
+}
+
+impl<T> CudaContextExt<T> for std::result::Result<T, DriverError> {
+    fn cuda(self, what: &str) -> Result<T> {
+        self.map_err(|e| Error::Cuda(format!("{what}: {e}")))
+    }
+}
+
+/// Every kernel entry point kvlab launches (see `kernels/*.cu`).
+pub(crate) struct Functions {
+    pub embedding_f32: CudaFunction,
+    pub embedding_bf16: CudaFunction,
+    pub rmsnorm: CudaFunction,
+    pub matmul_v1_f32: CudaFunction,
+    pub matmul_v1_bf16: CudaFunction,
+    pub matmul_v2_f32: CudaFunction,
+    pub matmul_v2_bf16: CudaFunction,
+    pub rope: CudaFunction,
+    pub kv_append: CudaFunction,
+    pub attention_v1: CudaFunction,
+    pub attention_v2: CudaFunction,
+    pub add_inplace: CudaFunction,
+    pub add_bias: CudaFunction,
+    pub swiglu: CudaFunction,
+    pub argmax: CudaFunction,
+}
+
+/// One GPU, ready to run kvlab's kernels. The launch wrappers are in [`super::ops`].
+pub struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    /// Every kernel and copy goes to this one stream, so they run in the order issued:
+    /// no kernel needs to wait for another explicitly.
+    pub(crate) stream: Arc<CudaStream>,
+    pub(crate) f: Functions,
+    name: String,
+    capability: (i32, i32),
+    driver_version: (i32, i32),
+    nvrtc_version: (i32, i32),
+    arch: &'static str,
+    /// Kernels launched so far: the bench divides it by the tokens decoded.
+    pub(crate) launches: AtomicU64,
+}
+
+/// Ok when the CUDA driver library can be loaded; else an error saying so.
+///
+/// Without this check cudarc *panics* on the first driver call (it loads `libcuda.so`
+/// lazily and treats its absence as fatal). The guard turns that into `Error::Cuda`.
+pub fn check_driver() -> Result<()> {
+    // SAFETY: `is_culib_present` only tries to dlopen libcuda by its usual names and
+    // reports whether that worked; it calls nothing inside the library.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(Error::Cuda(
+            "no CUDA driver (libcuda.so) found: this machine has no NVIDIA GPU driver installed. \
+             Run on the CPU with `--device cpu`"
+                .into(),
+        ))
+    }
+}
+
+/// Opens GPU 0, after checking that the driver library is there (so cudarc cannot panic).
+fn open_device() -> Result<Arc<CudaContext>> {
+    check_driver()?;
+    CudaContext::new(0).map_err(|e| {
+        Error::Cuda(format!(
+            "the CUDA driver is installed but no GPU could be opened ({e}). Run on the CPU with `--device cpu`"
+        ))
+    })
+}
+
+/// Ok when there is a GPU to run on; otherwise the reason. Compiles nothing: the tests use
+/// it to tell "no GPU here" (skip) from "a GPU, but kvlab fails on it" (a real failure).
+pub fn probe_device() -> Result<()> {
+    open_device().map(|_| ())
+}
+
+impl Gpu {
+    /// Opens GPU 0 and compiles every kernel for it. Never panics: no driver, no NVRTC,
+    /// no device, or a kernel that does not compile each come back as `Error::Cuda`.
+    pub fn new() -> Result<Gpu> {
+        check_driver()?;
+        nvrtc::check_nvrtc()?;
+        let ctx = open_device()?;
+        let name = ctx.name().cuda("reading the GPU's name")?;
+        let capability = ctx
+            .compute_capability()
+            .cuda("reading the compute capability")?;
+        let mut version = 0;
+        // SAFETY: the driver library is present (check_driver) and initialised (the context
+        // above exists); `version` is valid for one write.
+        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) }
+            .result()
+            .cuda("reading the driver version")?;
+        let driver_version = (version / 1000, version % 1000 / 10);
+        let nvrtc_version = nvrtc::nvrtc_version()?;
+        // PTX for the GPU's architecture, finished by the driver — unless this NVRTC is newer
+        // than the driver, which would refuse its PTX: then machine code (CUBIN) for this GPU.
+        let cubin = if nvrtc_version > driver_version
+            || std::env::var("KVLAB_CUBIN").as_deref() == Ok("1")
+        {
+            nvrtc::sm_for(capability.0, capability.1)
+        } else {
+            None
+        };
+        let arch = cubin.unwrap_or(nvrtc::arch_for(capability.0, capability.1));
+
+        // Compile each file, load it, and pick out its entry points by name.
+        let mut loaded: HashMap<&str, CudaFunction> = HashMap::new();
+        for kernel in KERNELS {
+            let code = match cubin {
+                Some(sm) => Ptx::from_binary(nvrtc::compile_cubin(kernel, sm)?),
+                None => nvrtc::compile(kernel, arch)?,
+            };
+            let module: Arc<CudaModule> = ctx.load_module(code).map_err(|e| {
+                Error::Cuda(format!(
+                    "the driver rejected the compiled kernels/{} ({e}). If this says \
+                     UNSUPPORTED_PTX_VERSION, NVRTC ({}.{}) is newer than the driver ({}.{}): \
+                     use an NVRTC no newer than the driver (scripts/setup-nvrtc.sh installs 13.0), \
+                     or set KVLAB_CUBIN=1 to compile machine code instead of PTX",
+                    kernel.file,
+                    nvrtc_version.0,
+                    nvrtc_version.1,
+                    driver_version.0,
+                    driver_version.1
+                ))
+            })?;
+            for &function in kernel.functions {
+                let f = module
+                    .load_function(function)
+                    .cuda(&format!("loading {function} from kernels/{}", kernel.file))?;
+                loaded.insert(function, f);
+            }
+        }
+        let mut take = |name: &str| {
+            loaded.remove(name).ok_or_else(|| {
+                Error::Cuda(format!("internal: kernel {name} is not in nvrtc::KERNELS"))
+            })
+        };
+        let f = Functions {
+            embedding_f32: take("embedding_f32")?,
+            embedding_bf16: take("embedding_bf16")?,
+            rmsnorm: take("rmsnorm")?,
+            matmul_v1_f32: take("matmul_v1_f32")?,
+            matmul_v1_bf16: take("matmul_v1_bf16")?,
+            matmul_v2_f32: take("matmul_v2_f32")?,
+            matmul_v2_bf16: take("matmul_v2_bf16")?,
+            rope: take("rope")?,
+            kv_append: take("kv_append")?,
+            attention_v1: take("attention_v1")?,
+            attention_v2: take("attention_v2")?,
+            add_inplace: take("add_inplace")?,
+            add_bias: take("add_bias")?,
+            swiglu: take("swiglu")?,
+            argmax: take("argmax")?,
+        };
+        let stream = ctx.default_stream();
+        Ok(Gpu {
+            ctx,
+            stream,
+            f,
+            name,
+            capability,
+            driver_version,
+            nvrtc_version,
+            arch,
+            launches: AtomicU64::new(0),
+        })
+    }
+
+    /// E.g. `NVIDIA H200 (sm_90, driver 13.0, NVRTC 13.0, code compute_90)`: `compute_XX`
+    /// is PTX the driver finished, `sm_XX` machine code from NVRTC.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} (sm_{}{}, driver {}.{}, NVRTC {}.{}, code {})",
+            self.name,
+            self.capability.0,
+            self.capability.1,
+            self.driver_version.0,
+            self.driver_version.1,
+            self.nvrtc_version.0,
+            self.nvrtc_version.1,
+            self.arch
+        )
+    }
+
+    /// The CUDA context (for events, memory queries).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream every kvlab kernel and copy is queued on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Kernels launched on this GPU so far.
+    pub fn launches(&self) -> u64 {
+        self.launches.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_launch(&self) {
+        self.launches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Copies `host` into a new device buffer.
+    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>> {
+        self.stream.clone_htod(host).cuda("copying to the GPU")
+    }
+
+    /// Copies a device buffer back (this waits for every kernel issued before it).
+    pub fn download<T: DeviceRepr, S: DevicePtr<T>>(&self, device: &S) -> Result<Vec<T>> {
+        self.stream.clone_dtoh(device).cuda("copying from the GPU")
+    }
+
+    /// A new device buffer of `len` zeros.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<CudaSlice<T>> {
+        // A zero-length allocation is an error in CUDA; one element costs nothing.
+        self.stream
+            .alloc_zeros(len.max(1))
+            .cuda("allocating GPU memory")
+    }
+
+    /// Waits until every kernel issued so far has finished (for timing).
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().cuda("waiting for the GPU")
+    }
+}

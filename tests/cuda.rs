@@ -1,0 +1,1361 @@
+#![cfg(feature = "cuda")]
+//! The CUDA backend, checked three ways:
+//!
+//! 1. **The kernels compile** (no GPU needed): every `kernels/*.cu` through NVRTC for
+//!    compute_80 and compute_90. A real check on any machine: it FAILS unless NVRTC is set
+//!    up (`bash scripts/setup-nvrtc.sh`, then its `export LD_LIBRARY_PATH=...`), unless
+//!    `KVLAB_SKIP_NVRTC=1`.
+//! 2. **Each kernel against its CPU twin**, the llm.c dev/cuda way: validate at several
+//!    sizes (including ones that are not multiples of the block or tile size), and only
+//!    then time the largest.
+//! 3. **The GPU forward pass**: naive == cached bit for bit on the GPU (the property the CPU
+//!    has too); GPU f32 logits == CPU logits within a stated tolerance; bf16 within a looser
+//!    one; greedy tokens GPU == CPU.
+//!
+//! Without a GPU every test of kinds 2 and 3 prints `SKIPPED (no CUDA device): <reason>`
+//! and returns. On a GPU, run the binary with `--nocapture --test-threads=1` to see every
+//! kernel's error and timing (scripts/gpu-check.sh does, then runs the ignored `gpu_bench`).
+
+use half::bf16;
+use kvlab::attention::{causal_attention, Heads};
+use kvlab::compare::compare_with;
+use kvlab::cuda::gpu::probe_device;
+use kvlab::cuda::weights::{GpuMatrix, RopeTables};
+use kvlab::cuda::{
+    bench, nvrtc, AttentionVersion, Gpu, GpuKvCache, GpuKvSource, GpuModel, MatmulVersion, RunState,
+};
+use kvlab::device::{Backend, Device, GpuDtype};
+use kvlab::error::Error;
+use kvlab::generate::{generate, GenerateOptions, PathKind};
+use kvlab::kv_cache::KvCache;
+use kvlab::model::KvSource;
+use kvlab::rng::Rng;
+use kvlab::sampler::SamplerConfig;
+use kvlab::{ops, Config, Model};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+// =============================================================================================
+// Helpers
+// =============================================================================================
+
+/// The GPU, opened once for the whole test binary (opening compiles every kernel, so
+/// sharing it saves a second per test).
+///
+/// `None`, with a visible `SKIPPED (no CUDA device): <reason>` line, when this machine has
+/// no CUDA driver or no GPU — unless `KVLAB_REQUIRE_GPU=1` (scripts/gpu-check.sh sets it),
+/// which makes that a failure. A GPU that is there but on which kvlab fails (NVRTC missing,
+/// PTX rejected, a kernel that does not compile) is always a failure, never a skip.
+fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
+    static GPU: OnceLock<Result<Arc<Gpu>, String>> = OnceLock::new();
+    if let Err(reason) = probe_device() {
+        if std::env::var("KVLAB_REQUIRE_GPU").as_deref() == Ok("1") {
+            panic!("{test}: KVLAB_REQUIRE_GPU=1 but there is no usable GPU: {reason}");
+        }
+        eprintln!("{test}: SKIPPED (no CUDA device): {reason}");
+        return None;
+    }
+    match GPU.get_or_init(|| Gpu::new().map(Arc::new).map_err(|e| e.to_string())) {
+        Ok(gpu) => {
+            eprintln!("{test}: on {}", gpu.describe());
+            Some(Arc::clone(gpu))
+        }
+        Err(reason) => panic!("{test}: there is a GPU, but kvlab cannot use it: {reason}"),
+    }
+}
+
+fn random(len: usize, scale: f32, seed: u64) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..len).map(|_| rng.symmetric(scale)).collect()
+}
+
+fn random_tokens(len: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut rng = Rng::new(seed);
+    (0..len)
+        .map(|_| (rng.next_u64() % vocab as u64) as u32)
+        .collect()
+}
+
+/// Largest `|gpu - cpu| / (1 + |cpu|)`: an absolute error near 0, a relative one for large values.
+fn max_err(gpu: &[f32], cpu: &[f32]) -> f32 {
+    assert_eq!(gpu.len(), cpu.len(), "lengths differ");
+    gpu.iter()
+        .zip(cpu)
+        .map(|(g, c)| {
+            if g.is_nan() || c.is_nan() {
+                f32::INFINITY
+            } else {
+                (g - c).abs() / (1.0 + c.abs())
+            }
+        })
+        .fold(0.0, f32::max)
+}
+
+fn assert_close(what: &str, gpu: &[f32], cpu: &[f32], tol: f32) {
+    let err = max_err(gpu, cpu);
+    eprintln!("  {what}: max error {err:.2e} (tolerance {tol:.0e})");
+    assert!(
+        err <= tol,
+        "{what}: GPU and CPU differ by {err:e} > {tol:e}"
+    );
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Whether to time kernels after validating them: yes, unless `KVLAB_NO_TIMING=1` (for a
+/// quick correctness run, or on an emulator where times mean nothing).
+fn timing_wanted() -> bool {
+    if std::env::var("KVLAB_NO_TIMING").as_deref() == Ok("1") {
+        eprintln!("  All results match. (Timing skipped: KVLAB_NO_TIMING=1.)");
+        return false;
+    }
+    eprintln!("  All results match. Timing:");
+    true
+}
+
+/// Mean time of one call of `launch`, in µs, after one warm-up call (llm.c's `benchmark_kernel`).
+fn time_us(gpu: &Gpu, mut launch: impl FnMut()) -> f64 {
+    launch();
+    gpu.synchronize().unwrap();
+    let iters = 20;
+    let t = Instant::now();
+    for _ in 0..iters {
+        launch();
+    }
+    gpu.synchronize().unwrap();
+    t.elapsed().as_secs_f64() * 1e6 / iters as f64
+}
+
+/// Each value rounded to bf16 and back: what the GPU computes with when weights are bf16.
+fn round_bf16(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| bf16::from_f32(x).to_f32()).collect()
+}
+
+/// A small model shape; `head_dim` is explicit, so `dim` may differ from `n_heads * head_dim`.
+#[allow(clippy::too_many_arguments)]
+fn small_config(
+    layers: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    dim: usize,
+    hidden: usize,
+    vocab: usize,
+    bias: bool,
+    tied: bool,
+) -> Config {
+    Config {
+        hidden_size: dim,
+        intermediate_size: hidden,
+        num_hidden_layers: layers,
+        num_attention_heads: n_heads,
+        num_key_value_heads: Some(n_kv_heads),
+        head_dim: Some(head_dim),
+        vocab_size: vocab,
+        max_position_embeddings: 256,
+        tie_word_embeddings: tied,
+        attention_bias: bias,
+        ..Config::smollm2_135m()
+    }
+}
+
+/// Shapes that stress the edges: GQA, MQA and MHA; head_dim below, at and off a warp (32);
+/// `dim != n_heads * head_dim`; q/k/v biases; tied and untied LM heads; odd vocabularies.
+fn small_configs() -> Vec<(&'static str, Config)> {
+    vec![
+        (
+            "gqa 4/2 hd12",
+            small_config(2, 4, 2, 12, 48, 100, 97, false, true),
+        ),
+        (
+            "mqa 6/1 hd8 dim40 bias untied",
+            small_config(3, 6, 1, 8, 40, 72, 131, true, false),
+        ),
+        (
+            "smollm2 heads, 2 layers",
+            small_config(2, 9, 3, 64, 576, 1536, 1000, false, true),
+        ),
+        (
+            "mha 2/2 hd6 bias",
+            small_config(1, 2, 2, 6, 12, 30, 50, true, true),
+        ),
+        (
+            "gqa 8/2 hd128",
+            small_config(1, 8, 2, 128, 256, 300, 77, false, true),
+        ),
+    ]
+}
+
+/// A seeded random model of each of [`small_configs`].
+fn small_models() -> Vec<(&'static str, Model)> {
+    small_configs()
+        .into_iter()
+        .enumerate()
+        .map(|(seed, (name, config))| (name, Model::random(config, seed as u64).unwrap()))
+        .collect()
+}
+
+/// The small models, then the SmolLM2-shaped one.
+fn with_smollm2<'a>(small: &'a [(&'static str, Model)]) -> Vec<(&'static str, &'a Model)> {
+    let mut all: Vec<(&'static str, &'a Model)> = small.iter().map(|(n, m)| (*n, m)).collect();
+    all.push(("SmolLM2 shape", smollm2()));
+    all
+}
+
+/// The SmolLM2-135M-shaped random model (30 layers, 49152 vocabulary), built once.
+fn smollm2() -> &'static Model {
+    static MODEL: OnceLock<Model> = OnceLock::new();
+    MODEL.get_or_init(|| Model::random(Config::smollm2_135m(), 1).unwrap())
+}
+
+/// The CPU model with every matrix rounded to bf16 (norms and biases stay f32, as on the
+/// GPU): the exact numbers a bf16 GPU model multiplies by.
+fn bf16_twin(model: &Model) -> Model {
+    let round = |a: &ndarray::Array2<f32>| a.mapv(|v| bf16::from_f32(v).to_f32());
+    Model {
+        config: model.config.clone(),
+        embed: round(&model.embed),
+        layers: model
+            .layers
+            .iter()
+            .map(|l| kvlab::model::Layer {
+                attn_norm: l.attn_norm.clone(),
+                wq: round(&l.wq),
+                wk: round(&l.wk),
+                wv: round(&l.wv),
+                wo: round(&l.wo),
+                bq: l.bq.clone(),
+                bk: l.bk.clone(),
+                bv: l.bv.clone(),
+                mlp_norm: l.mlp_norm.clone(),
+                w_gate: round(&l.w_gate),
+                w_up: round(&l.w_up),
+                w_down: round(&l.w_down),
+            })
+            .collect(),
+        final_norm: model.final_norm.clone(),
+        lm_head: round(&model.lm_head),
+        tied_embeddings: model.tied_embeddings,
+    }
+}
+
+/// Logits after `prompt`, then after each token of `continuation` fed one at a time, on
+/// the GPU's cached path.
+fn gpu_cached_logits(gm: &GpuModel, prompt: &[u32], continuation: &[u32]) -> Vec<Vec<f32>> {
+    let mut st = RunState::new(gm.gpu(), &gm.config, prompt.len() + continuation.len()).unwrap();
+    let mut cache =
+        GpuKvCache::new(gm.gpu(), &gm.config, prompt.len() + continuation.len()).unwrap();
+    let mut all = vec![gm
+        .forward_logits(prompt, GpuKvSource::Cache(&mut cache), &mut st)
+        .unwrap()];
+    for &t in continuation {
+        all.push(
+            gm.forward_logits(&[t], GpuKvSource::Cache(&mut cache), &mut st)
+                .unwrap(),
+        );
+    }
+    all
+}
+
+/// The same logits on the GPU's naive path: the whole prefix, every time.
+fn gpu_naive_logits(gm: &GpuModel, prompt: &[u32], continuation: &[u32]) -> Vec<Vec<f32>> {
+    let mut st = RunState::new(gm.gpu(), &gm.config, prompt.len() + continuation.len()).unwrap();
+    let mut seq = prompt.to_vec();
+    let mut all = vec![gm
+        .forward_logits(&seq, GpuKvSource::ThisPass, &mut st)
+        .unwrap()];
+    for &t in continuation {
+        seq.push(t);
+        all.push(
+            gm.forward_logits(&seq, GpuKvSource::ThisPass, &mut st)
+                .unwrap(),
+        );
+    }
+    all
+}
+
+/// The CPU's cached-path logits for the same steps.
+fn cpu_cached_logits(model: &Model, prompt: &[u32], continuation: &[u32]) -> Vec<Vec<f32>> {
+    let mut cache = KvCache::new(&model.config, prompt.len() + continuation.len());
+    let mut all = vec![model.forward(prompt, KvSource::Cache(&mut cache)).unwrap()];
+    for &t in continuation {
+        all.push(model.forward(&[t], KvSource::Cache(&mut cache)).unwrap());
+    }
+    all
+}
+
+const KERNEL_VERSIONS: [(MatmulVersion, AttentionVersion); 2] = [
+    (MatmulVersion::V1, AttentionVersion::V1),
+    (MatmulVersion::V2, AttentionVersion::V2),
+];
+
+// =============================================================================================
+// 1. The kernels compile (no GPU needed)
+// =============================================================================================
+
+#[test]
+fn kernels_compile_with_nvrtc() {
+    if let Err(e) = nvrtc::check_nvrtc() {
+        if std::env::var("KVLAB_SKIP_NVRTC").as_deref() == Ok("1") {
+            eprintln!("kernels_compile_with_nvrtc: SKIPPED (KVLAB_SKIP_NVRTC=1): {e}");
+            return;
+        }
+        panic!("{e}\n(set KVLAB_SKIP_NVRTC=1 to skip this check on a machine without NVRTC)");
+    }
+    let (major, minor) = nvrtc::nvrtc_version().unwrap();
+    eprintln!(
+        "NVRTC {major}.{minor}, CUDA headers from {:?}",
+        nvrtc::cuda_include_dir()
+    );
+    let mut failures = Vec::new();
+    for kernel in nvrtc::KERNELS {
+        for arch in ["compute_80", "compute_90"] {
+            match nvrtc::compile(kernel, arch) {
+                Ok(ptx) => {
+                    let text = ptx.to_src();
+                    for f in kernel.functions {
+                        if !text.contains(&format!(".entry {f}(")) {
+                            failures.push(format!(
+                                "kernels/{} ({arch}): no entry point `{f}` in the PTX",
+                                kernel.file
+                            ));
+                        }
+                    }
+                    eprintln!(
+                        "  kernels/{:<13} {arch}: ok, {:>6} bytes of PTX, {:?}",
+                        kernel.file,
+                        text.len(),
+                        kernel.functions
+                    );
+                }
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+    }
+    // The fallback when NVRTC is newer than the driver: machine code for one GPU.
+    for kernel in nvrtc::KERNELS {
+        for sm in ["sm_80", "sm_90"] {
+            match nvrtc::compile_cubin(kernel, sm) {
+                Ok(cubin) => {
+                    assert_eq!(&cubin[..4], b"\x7fELF", "a CUBIN is an ELF file");
+                    eprintln!(
+                        "  kernels/{:<13} {sm}: ok, {:>6} bytes of CUBIN",
+                        kernel.file,
+                        cubin.len()
+                    );
+                }
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn every_kernel_file_is_compiled() {
+    // A new kernels/*.cu must be added to nvrtc::KERNELS, or it is never compiled or tested.
+    // From the repository root (where scripts/gpu-check.sh runs a carried test binary), or
+    // from the source tree this binary was built from.
+    let dir = [
+        std::path::PathBuf::from("kernels"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels"),
+    ]
+    .into_iter()
+    .find(|d| d.is_dir())
+    .expect("no kernels/ folder: run from the repository root");
+    let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".cu"))
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = nvrtc::KERNELS.iter().map(|k| k.file.to_string()).collect();
+    listed.sort();
+    assert_eq!(on_disk, listed, "kernels/*.cu and nvrtc::KERNELS disagree");
+}
+
+#[test]
+fn no_gpu_is_an_error_not_a_panic() {
+    // Runs everywhere. With a GPU, uploading works; without one, it is an Error::Cuda whose
+    // message says what to do (and the CLI prints it and exits 1).
+    let model = Model::random(small_configs()[0].1.clone(), 0).unwrap();
+    match Backend::new(Device::Cuda, &model, GpuDtype::F32) {
+        Ok(backend) => eprintln!("GPU present: {}", backend.describe()),
+        Err(Error::Cuda(msg)) => {
+            eprintln!("no_gpu_is_an_error_not_a_panic: SKIPPED (no CUDA device): {msg}");
+            assert!(
+                msg.contains("--device cpu") || msg.contains("setup-nvrtc.sh"),
+                "the error must say what to do: {msg}"
+            );
+        }
+        Err(other) => panic!("expected Error::Cuda, got {other}"),
+    }
+}
+
+// =============================================================================================
+// 2. Each kernel against its CPU twin: validate at every size, then time
+// =============================================================================================
+
+#[test]
+fn gpu_embedding_matches_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_embedding_matches_cpu") else {
+        return;
+    };
+    let sizes = [(97, 48, 5), (1000, 576, 33), (49152, 576, 128)]; // (vocab, dim, n)
+    for (vocab, dim, n) in sizes {
+        let table = random(vocab * dim, 1.0, 1);
+        let mut tokens = random_tokens(n, vocab, 2);
+        tokens[0] = 0;
+        tokens[n - 1] = vocab as u32 - 1; // both ends of the table
+        for dtype in [GpuDtype::F32, GpuDtype::Bf16] {
+            let expect_table = if dtype == GpuDtype::Bf16 {
+                round_bf16(&table)
+            } else {
+                table.clone()
+            };
+            let cpu: Vec<f32> = tokens
+                .iter()
+                .flat_map(|&t| expect_table[t as usize * dim..][..dim].to_vec())
+                .collect();
+            let t = GpuMatrix::from_host(&gpu, &table, vocab, dim, dtype).unwrap();
+            let mut out = gpu.zeros::<f32>(n * dim).unwrap();
+            let mut ids = gpu.zeros::<u32>(n).unwrap();
+            gpu.embedding(&mut out.as_view_mut(), &t, &tokens, &mut ids.as_view_mut())
+                .unwrap();
+            let got = gpu.download(&out).unwrap();
+            eprintln!("  embedding {dtype:?} vocab {vocab} dim {dim} n {n}: exact");
+            assert_eq!(bits(&got), bits(&cpu), "a copy must be exact");
+            // An id outside the table is refused before anything runs.
+            let err = gpu.embedding(
+                &mut out.as_view_mut(),
+                &t,
+                &[vocab as u32],
+                &mut ids.as_view_mut(),
+            );
+            assert!(matches!(err, Err(Error::TokenOutOfRange { .. })));
+        }
+    }
+    if !timing_wanted() {
+        return;
+    }
+    let (vocab, dim, n) = sizes[2];
+    let t = GpuMatrix::from_host(
+        &gpu,
+        &random(vocab * dim, 1.0, 1),
+        vocab,
+        dim,
+        GpuDtype::F32,
+    )
+    .unwrap();
+    let tokens = random_tokens(n, vocab, 2);
+    let mut out = gpu.zeros::<f32>(n * dim).unwrap();
+    let mut ids = gpu.zeros::<u32>(n).unwrap();
+    let us = time_us(&gpu, || {
+        gpu.embedding(&mut out.as_view_mut(), &t, &tokens, &mut ids.as_view_mut())
+            .unwrap()
+    });
+    eprintln!("  embedding n {n} dim {dim}: {us:.1} µs");
+}
+
+#[test]
+fn gpu_rmsnorm_matches_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_rmsnorm_matches_cpu") else {
+        return;
+    };
+    // Tolerance: the sum of squares is added in another order (~dim * 2^-24 relative in the
+    // worst case, far less in practice), then one sqrt and two products: 1e-5 relative.
+    let sizes = [(1, 7), (3, 64), (5, 257), (33, 576), (128, 4096)]; // (n, dim)
+    for (n, dim) in sizes {
+        let x = random(n * dim, 3.0, 3);
+        let w = random(dim, 1.0, 4)
+            .iter()
+            .map(|v| 1.0 + v * 0.2)
+            .collect::<Vec<_>>();
+        let mut cpu = vec![0.0; n * dim];
+        ops::rmsnorm(&x, &w, 1e-5, &mut cpu);
+        let (xd, wd) = (gpu.upload(&x).unwrap(), gpu.upload(&w).unwrap());
+        let mut out = gpu.zeros::<f32>(n * dim).unwrap();
+        gpu.rmsnorm(
+            &mut out.as_view_mut(),
+            &xd.as_view(),
+            &wd.as_view(),
+            1e-5,
+            n,
+        )
+        .unwrap();
+        assert_close(
+            &format!("rmsnorm n {n} dim {dim}"),
+            &gpu.download(&out).unwrap(),
+            &cpu,
+            1e-5,
+        );
+    }
+    if !timing_wanted() {
+        return;
+    }
+    let (n, dim) = sizes[4];
+    let (xd, wd) = (
+        gpu.upload(&random(n * dim, 3.0, 3)).unwrap(),
+        gpu.upload(&random(dim, 1.0, 4)).unwrap(),
+    );
+    let mut out = gpu.zeros::<f32>(n * dim).unwrap();
+    let us = time_us(&gpu, || {
+        gpu.rmsnorm(
+            &mut out.as_view_mut(),
+            &xd.as_view(),
+            &wd.as_view(),
+            1e-5,
+            n,
+        )
+        .unwrap()
+    });
+    eprintln!(
+        "  rmsnorm n {n} dim {dim}: {us:.1} µs, {:.0} GB/s",
+        (2 * n * dim * 4) as f64 / us / 1e3
+    );
+}
+
+#[test]
+fn gpu_matmul_matches_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_matmul_matches_cpu") else {
+        return;
+    };
+    // Tolerance, rigorous: both devices add the products of one output in order of k, the
+    // CPU rounding each product, the GPU fusing it (FMA). Each result is within
+    // γ_d = d·u/(1 - d·u) · Σ_k |x_k·w_k| of the exact sum (Higham, "Accuracy and Stability of
+    // Numerical Algorithms", §3.1; u = 2^-24), so they are within twice that of each other.
+    let sizes = [
+        (1, 1, 1),
+        (1, 576, 576),
+        (1, 576, 1536),
+        (1, 1536, 576),
+        (3, 17, 33),
+        (17, 100, 70),
+        (33, 576, 192),
+        (128, 576, 1536),
+        (1, 576, 49152),
+    ]; // (n, d_in, d_out)
+    let u = 2f64.powi(-24);
+    for (n, d_in, d_out) in sizes {
+        let x = random(n * d_in, 1.0, 5);
+        let w = random(d_in * d_out, 1.0 / (d_in as f32).sqrt(), 6);
+        for dtype in [GpuDtype::F32, GpuDtype::Bf16] {
+            // With bf16 weights the GPU multiplies by the rounded values, exactly.
+            let w_used = if dtype == GpuDtype::Bf16 {
+                round_bf16(&w)
+            } else {
+                w.clone()
+            };
+            let mut cpu = vec![0.0; n * d_out];
+            ops::matmul(&x, &w_used, &mut cpu, d_in, d_out);
+            let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<_>>();
+            let mut magnitude = vec![0.0; n * d_out]; // Σ_k |x_k · w_k| per output
+            ops::matmul(&abs(&x), &abs(&w_used), &mut magnitude, d_in, d_out);
+            let gamma = d_in as f64 * u / (1.0 - d_in as f64 * u);
+
+            let xd = gpu.upload(&x).unwrap();
+            let wd = GpuMatrix::from_host(&gpu, &w, d_in, d_out, dtype).unwrap();
+            let mut results = Vec::new();
+            for version in [MatmulVersion::V1, MatmulVersion::V2] {
+                let mut out = gpu.zeros::<f32>(n * d_out).unwrap();
+                gpu.matmul(&mut out.as_view_mut(), &xd.as_view(), &wd, n, version)
+                    .unwrap();
+                let got = gpu.download(&out).unwrap();
+                let worst = got
+                    .iter()
+                    .zip(&cpu)
+                    .zip(&magnitude)
+                    .map(|((g, c), m)| (g - c).abs() as f64 / (2.0 * gamma * *m as f64 + 1e-30))
+                    .fold(0.0, f64::max);
+                eprintln!(
+                    "  matmul {version:?} {dtype:?} n {n} d_in {d_in} d_out {d_out}: error {:.2e}, {worst:.3} of the bound 2·γ_d·Σ|x·w|",
+                    max_err(&got, &cpu)
+                );
+                assert!(
+                    worst <= 1.0,
+                    "matmul {version:?}: outside the rounding-error bound"
+                );
+                results.push(got);
+            }
+            eprintln!(
+                "    v1 and v2 bitwise equal: {}",
+                bits(&results[0]) == bits(&results[1])
+            );
+
+            // Row independence: a row's result must not depend on the rows launched with it.
+            if n > 1 {
+                let r = n / 2;
+                let xr = gpu.upload(&x[r * d_in..(r + 1) * d_in]).unwrap();
+                for (i, version) in [MatmulVersion::V1, MatmulVersion::V2]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let mut out = gpu.zeros::<f32>(d_out).unwrap();
+                    gpu.matmul(&mut out.as_view_mut(), &xr.as_view(), &wd, 1, version)
+                        .unwrap();
+                    assert_eq!(
+                        bits(&gpu.download(&out).unwrap()),
+                        bits(&results[i][r * d_out..(r + 1) * d_out]),
+                        "matmul {version:?}: row {r} alone differs from row {r} among {n}"
+                    );
+                }
+            }
+        }
+    }
+    if !timing_wanted() {
+        return;
+    }
+    for (n, d_in, d_out) in [(1, 576, 1536), (1, 576, 49152), (128, 576, 1536)] {
+        for dtype in [GpuDtype::F32, GpuDtype::Bf16] {
+            let xd = gpu.upload(&random(n * d_in, 1.0, 5)).unwrap();
+            let wd = GpuMatrix::from_host(&gpu, &random(d_in * d_out, 0.05, 6), d_in, d_out, dtype)
+                .unwrap();
+            let mut out = gpu.zeros::<f32>(n * d_out).unwrap();
+            for version in [MatmulVersion::V1, MatmulVersion::V2] {
+                let us = time_us(&gpu, || {
+                    gpu.matmul(&mut out.as_view_mut(), &xd.as_view(), &wd, n, version)
+                        .unwrap()
+                });
+                eprintln!(
+                    "  matmul {version:?} {dtype:?} n {n:>3} {d_in}x{d_out}: {us:8.1} µs, {:7.1} GFLOP/s, weights at {:6.0} GB/s",
+                    2.0 * (n * d_in * d_out) as f64 / us / 1e3,
+                    wd.bytes() as f64 / us / 1e3
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_rope_matches_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_rope_matches_cpu") else {
+        return;
+    };
+    // Tolerance: each output is a·cos - b·sin from the same tables; the GPU may fuse one
+    // product into the subtraction, so ~2 ulp: 1e-6 relative.
+    let theta = 100000.0;
+    let cases = [
+        (1, 1, 1, 2, 0),
+        (3, 9, 3, 64, 0),
+        (5, 4, 2, 6, 100),
+        (17, 9, 3, 64, 8000),
+        (2, 8, 2, 128, 4000),
+    ];
+    for (n, n_heads, n_kv_heads, head_dim, start_pos) in cases {
+        let heads = Heads {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        };
+        let tables = RopeTables::new(&gpu, 8192, head_dim, theta).unwrap();
+        let q = random(n * n_heads * head_dim, 1.0, 7);
+        let k = random(n * n_kv_heads * head_dim, 1.0, 8);
+        let (mut q_cpu, mut k_cpu) = (q.clone(), k.clone());
+        for i in 0..n {
+            let (cos, sin) = ops::rope_cos_sin(start_pos + i, head_dim, theta);
+            ops::apply_rope(
+                &mut q_cpu[i * n_heads * head_dim..][..n_heads * head_dim],
+                head_dim,
+                &cos,
+                &sin,
+            );
+            ops::apply_rope(
+                &mut k_cpu[i * n_kv_heads * head_dim..][..n_kv_heads * head_dim],
+                head_dim,
+                &cos,
+                &sin,
+            );
+        }
+        let (mut qd, mut kd) = (gpu.upload(&q).unwrap(), gpu.upload(&k).unwrap());
+        gpu.rope(
+            &mut qd.as_view_mut(),
+            &mut kd.as_view_mut(),
+            &tables,
+            n,
+            heads,
+            start_pos,
+        )
+        .unwrap();
+        let what = format!(
+            "rope n {n} heads {n_heads}/{n_kv_heads} head_dim {head_dim} from position {start_pos}"
+        );
+        assert_close(
+            &format!("{what} q"),
+            &gpu.download(&qd).unwrap(),
+            &q_cpu,
+            1e-6,
+        );
+        assert_close(
+            &format!("{what} k"),
+            &gpu.download(&kd).unwrap(),
+            &k_cpu,
+            1e-6,
+        );
+    }
+    // Asking past the tables is an error, not an out-of-bounds read.
+    let tables = RopeTables::new(&gpu, 16, 8, theta).unwrap();
+    let (mut qd, mut kd) = (gpu.zeros::<f32>(8).unwrap(), gpu.zeros::<f32>(8).unwrap());
+    let heads = Heads {
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 8,
+    };
+    assert!(gpu
+        .rope(
+            &mut qd.as_view_mut(),
+            &mut kd.as_view_mut(),
+            &tables,
+            1,
+            heads,
+            16
+        )
+        .is_err());
+
+    if !timing_wanted() {
+        return;
+    }
+    let (n, heads) = (
+        128,
+        Heads {
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+        },
+    );
+    let tables = RopeTables::new(&gpu, 8192, 64, theta).unwrap();
+    let (mut qd, mut kd) = (
+        gpu.zeros::<f32>(n * 9 * 64).unwrap(),
+        gpu.zeros::<f32>(n * 3 * 64).unwrap(),
+    );
+    let us = time_us(&gpu, || {
+        gpu.rope(
+            &mut qd.as_view_mut(),
+            &mut kd.as_view_mut(),
+            &tables,
+            n,
+            heads,
+            0,
+        )
+        .unwrap()
+    });
+    eprintln!("  rope n {n} 9+3 heads of 64: {us:.1} µs");
+}
+
+#[test]
+fn gpu_swiglu_matches_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_swiglu_matches_cpu") else {
+        return;
+    };
+    // Tolerance: CUDA's expf is within 2 ulp, then one add, one divide, one multiply: 2e-6.
+    for count in [1, 1000, 1536 * 33 + 7] {
+        let (gate, up) = (random(count, 8.0, 9), random(count, 2.0, 10));
+        let mut cpu = gate.clone();
+        ops::swiglu(&mut cpu, &up);
+        let (mut gd, ud) = (gpu.upload(&gate).unwrap(), gpu.upload(&up).unwrap());
+        gpu.swiglu(&mut gd.as_view_mut(), &ud.as_view(), count)
+            .unwrap();
+        assert_close(
+            &format!("swiglu count {count}"),
+            &gpu.download(&gd).unwrap(),
+            &cpu,
+            2e-6,
+        );
+    }
+    if !timing_wanted() {
+        return;
+    }
+    let count = 128 * 1536;
+    let (mut gd, ud) = (
+        gpu.upload(&random(count, 8.0, 9)).unwrap(),
+        gpu.upload(&random(count, 2.0, 10)).unwrap(),
+    );
+    let us = time_us(&gpu, || {
+        gpu.swiglu(&mut gd.as_view_mut(), &ud.as_view(), count)
+            .unwrap()
+    });
+    eprintln!(
+        "  swiglu {count}: {us:.1} µs, {:.0} GB/s",
+        (3 * count * 4) as f64 / us / 1e3
+    );
+}
+
+#[test]
+fn gpu_residual_adds_match_cpu_exactly() {
+    let Some(gpu) = gpu_or_skip("gpu_residual_adds_match_cpu_exactly") else {
+        return;
+    };
+    // One f32 addition per element on both devices: bitwise equal.
+    for (rows, width) in [(1, 1), (3, 48), (33, 576), (7, 1000)] {
+        let (x, y, bias) = (
+            random(rows * width, 2.0, 11),
+            random(rows * width, 2.0, 12),
+            random(width, 1.0, 13),
+        );
+        let mut cpu = x.clone();
+        ops::add_inplace(&mut cpu, &y);
+        let (mut xd, yd) = (gpu.upload(&x).unwrap(), gpu.upload(&y).unwrap());
+        gpu.add_inplace(&mut xd.as_view_mut(), &yd.as_view(), rows * width)
+            .unwrap();
+        assert_eq!(
+            bits(&gpu.download(&xd).unwrap()),
+            bits(&cpu),
+            "add_inplace {rows}x{width}"
+        );
+
+        let mut cpu = x.clone();
+        ops::add_bias(&mut cpu, &bias);
+        let (mut xd, bd) = (gpu.upload(&x).unwrap(), gpu.upload(&bias).unwrap());
+        gpu.add_bias(&mut xd.as_view_mut(), &bd.as_view(), rows)
+            .unwrap();
+        assert_eq!(
+            bits(&gpu.download(&xd).unwrap()),
+            bits(&cpu),
+            "add_bias {rows}x{width}"
+        );
+        eprintln!("  add_inplace, add_bias {rows}x{width}: exact");
+    }
+}
+
+#[test]
+fn gpu_attention_matches_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_attention_matches_cpu") else {
+        return;
+    };
+    // Tolerance: scores differ by the dot products' summation order (~head_dim ulps of
+    // Σ|q·k|), softmax by expf's 2 ulp; the output is a weighted mean of values in ±1: 2e-5.
+    let cases = [
+        (1, 0, 1, 1, 2),     // the smallest: one query, one key
+        (7, 0, 9, 3, 64),    // naive path: a whole sequence, SmolLM2's GQA heads
+        (1, 100, 9, 3, 64),  // cached decode step over 101 keys
+        (5, 37, 8, 2, 6),    // 5 new tokens meet a warm cache: the rectangular mask; tiny head
+        (3, 10, 4, 4, 128),  // MHA
+        (2, 5, 6, 1, 40),    // MQA, head_dim off a multiple of 32
+        (1, 1000, 9, 3, 64), // a long context
+        (1, 3, 2, 1, 256),   // the largest head the kernels take
+    ]; // (n, start_pos, n_heads, n_kv_heads, head_dim)
+    for (n, start_pos, n_heads, n_kv_heads, head_dim) in cases {
+        let heads = Heads {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        };
+        let kv_dim = n_kv_heads * head_dim;
+        let used = start_pos + n;
+        let q = random(n * n_heads * head_dim, 1.0, 14);
+        let (keys, values) = (
+            random(used * kv_dim, 1.0, 15),
+            random(used * kv_dim, 1.0, 16),
+        );
+        let cpu = causal_attention(&q, &keys, &values, start_pos, heads);
+        // On the GPU the keys sit in a bigger buffer, as in a cache of capacity > used, and
+        // the rows past `used` are NaN: a kernel that reads past the mask would return NaN.
+        let pad = |v: &[f32]| [v, &vec![f32::NAN; 3 * kv_dim]].concat();
+        let (qd, kd, vd) = (
+            gpu.upload(&q).unwrap(),
+            gpu.upload(&pad(&keys)).unwrap(),
+            gpu.upload(&pad(&values)).unwrap(),
+        );
+        for version in [AttentionVersion::V1, AttentionVersion::V2] {
+            let mut out = gpu.zeros::<f32>(n * n_heads * head_dim).unwrap();
+            gpu.attention(
+                &mut out.as_view_mut(),
+                &qd.as_view(),
+                &kd.as_view(),
+                &vd.as_view(),
+                n,
+                start_pos,
+                heads,
+                version,
+            )
+            .unwrap();
+            let got = gpu.download(&out).unwrap();
+            let what = format!("attention {version:?} n {n} start {start_pos} heads {n_heads}/{n_kv_heads} head_dim {head_dim}");
+            assert_close(&what, &got, &cpu, 2e-5);
+
+            // Row independence, i.e. naive == cached for attention: the last query row,
+            // computed alone as a decode step, has the same bits as within the whole pass.
+            if n > 1 {
+                let last = (n - 1) * n_heads * head_dim;
+                let q_last = gpu.upload(&q[last..]).unwrap();
+                let mut one = gpu.zeros::<f32>(n_heads * head_dim).unwrap();
+                gpu.attention(
+                    &mut one.as_view_mut(),
+                    &q_last.as_view(),
+                    &kd.as_view(),
+                    &vd.as_view(),
+                    1,
+                    used - 1,
+                    heads,
+                    version,
+                )
+                .unwrap();
+                assert_eq!(
+                    bits(&gpu.download(&one).unwrap()),
+                    bits(&got[last..]),
+                    "{what}: last row alone differs"
+                );
+            }
+        }
+    }
+    // A head larger than the kernels' per-lane arrays is refused.
+    let big = Heads {
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 512,
+    };
+    let buf = gpu.zeros::<f32>(512).unwrap();
+    let mut out = gpu.zeros::<f32>(512).unwrap();
+    assert!(gpu
+        .attention(
+            &mut out.as_view_mut(),
+            &buf.as_view(),
+            &buf.as_view(),
+            &buf.as_view(),
+            1,
+            0,
+            big,
+            AttentionVersion::V2
+        )
+        .is_err());
+
+    if !timing_wanted() {
+        return;
+    }
+    let heads = Heads {
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: 64,
+    };
+    for (n, start_pos) in [(1, 1023), (1024, 0)] {
+        let used = start_pos + n;
+        let qd = gpu.upload(&random(n * 9 * 64, 1.0, 14)).unwrap();
+        let (kd, vd) = (
+            gpu.upload(&random(used * 192, 1.0, 15)).unwrap(),
+            gpu.upload(&random(used * 192, 1.0, 16)).unwrap(),
+        );
+        let mut out = gpu.zeros::<f32>(n * 9 * 64).unwrap();
+        for version in [AttentionVersion::V1, AttentionVersion::V2] {
+            let us = time_us(&gpu, || {
+                gpu.attention(
+                    &mut out.as_view_mut(),
+                    &qd.as_view(),
+                    &kd.as_view(),
+                    &vd.as_view(),
+                    n,
+                    start_pos,
+                    heads,
+                    version,
+                )
+                .unwrap()
+            });
+            eprintln!("  attention {version:?} {n} queries over {used} keys (9/3 heads of 64): {us:9.1} µs");
+        }
+    }
+}
+
+#[test]
+fn gpu_kv_append_matches_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_kv_append_matches_cpu") else {
+        return;
+    };
+    // A copy: bitwise equal to the CPU cache, layer by layer, after a prefill and steps.
+    let config = small_config(3, 4, 2, 6, 24, 50, 10, false, true);
+    let (capacity, kv_dim) = (10, 2 * 6);
+    let mut cpu = KvCache::new(&config, capacity);
+    let mut dev = GpuKvCache::new(&gpu, &config, capacity).unwrap();
+    for (step, n) in [4, 1, 5].into_iter().enumerate() {
+        for layer in 0..3 {
+            let (k, v) = (
+                random(n * kv_dim, 1.0, 100 + step as u64),
+                random(n * kv_dim, 1.0, 200 + layer as u64),
+            );
+            cpu.write(layer, &k, &v).unwrap();
+            let (kd, vd) = (gpu.upload(&k).unwrap(), gpu.upload(&v).unwrap());
+            dev.write(&gpu, layer, &kd.as_view(), &vd.as_view(), n)
+                .unwrap();
+        }
+        cpu.advance(n);
+        dev.advance(n);
+        for layer in 0..3 {
+            let (ck, cv) = cpu.read(layer, cpu.len());
+            let (dk, dv) = dev.read(layer, dev.len());
+            assert_eq!(
+                bits(&gpu.download(&dk).unwrap()),
+                bits(ck),
+                "keys, layer {layer}"
+            );
+            assert_eq!(
+                bits(&gpu.download(&dv).unwrap()),
+                bits(cv),
+                "values, layer {layer}"
+            );
+        }
+        eprintln!("  kv_append {n} positions into 3 layers: exact");
+    }
+    assert_eq!(dev.bytes_allocated(), cpu.bytes_allocated());
+    assert_eq!(dev.bytes_used(), cpu.bytes_used());
+    // The cache is full: one more position is a CacheFull error, as on the CPU.
+    let kd = gpu.zeros::<f32>(kv_dim).unwrap();
+    let err = dev.write(&gpu, 0, &kd.as_view(), &kd.as_view(), 1);
+    assert!(
+        matches!(
+            err,
+            Err(Error::CacheFull {
+                capacity: 10,
+                used: 10,
+                requested: 1
+            })
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn gpu_argmax_matches_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_argmax_matches_cpu") else {
+        return;
+    };
+    let mut cases: Vec<(&str, Vec<f32>)> = vec![
+        ("one value", vec![3.0]),
+        ("all equal: lowest index wins", vec![1.5; 3000]),
+        ("random, 49152", random(49152, 5.0, 17)),
+        (
+            "random, 1000 (not a multiple of 1024)",
+            random(1000, 5.0, 18),
+        ),
+        ("all -inf", vec![f32::NEG_INFINITY; 77]),
+    ];
+    let mut tie = random(49152, 5.0, 19);
+    tie[40000] = 100.0;
+    tie[1234] = 100.0; // two maxima, handled by different threads: 1234 must win
+    cases.push(("a tie between threads", tie));
+    let mut at_end = random(5000, 1.0, 20);
+    at_end[4999] = 9.0;
+    cases.push(("maximum at the end", at_end));
+    let mut out = gpu.zeros::<u32>(1).unwrap();
+    for (what, x) in &cases {
+        let xd = gpu.upload(x).unwrap();
+        gpu.argmax(&mut out.as_view_mut(), &xd.as_view()).unwrap();
+        let got = gpu.download(&out).unwrap()[0] as usize;
+        eprintln!("  argmax {what}: {got}");
+        assert_eq!(got, ops::argmax(x), "argmax {what}");
+    }
+    if !timing_wanted() {
+        return;
+    }
+    let xd = gpu.upload(&random(49152, 5.0, 17)).unwrap();
+    let us = time_us(&gpu, || {
+        gpu.argmax(&mut out.as_view_mut(), &xd.as_view()).unwrap()
+    });
+    eprintln!("  argmax over 49152: {us:.1} µs");
+}
+
+// =============================================================================================
+// 3. The GPU forward pass
+// =============================================================================================
+
+#[test]
+fn gpu_naive_equals_cached_bitwise() {
+    let Some(gpu) = gpu_or_skip("gpu_naive_equals_cached_bitwise") else {
+        return;
+    };
+    // Every kernel is row-independent, and both paths use the same kernels: a row's numbers
+    // are the same whether it is computed among all the rows (naive) or alone (cached). So
+    // the logits agree bit for bit, at every step, in both weight formats, with either set
+    // of kernels — the GPU keeps the CPU's guarantee (and transformers #36536 does not hold).
+    for (seed, (name, config)) in small_configs().into_iter().enumerate() {
+        let model = Model::random(config.clone(), seed as u64).unwrap();
+        let prompt = random_tokens(7, config.vocab_size, 30 + seed as u64);
+        let continuation = random_tokens(9, config.vocab_size, 40 + seed as u64);
+        for dtype in [GpuDtype::F32, GpuDtype::Bf16] {
+            let mut gm = GpuModel::upload_on(gpu.clone(), &model, dtype).unwrap();
+            for (matmul, attention) in KERNEL_VERSIONS {
+                (gm.matmul, gm.attention) = (matmul, attention);
+                let naive = gpu_naive_logits(&gm, &prompt, &continuation);
+                let cached = gpu_cached_logits(&gm, &prompt, &continuation);
+                for (step, (a, b)) in naive.iter().zip(&cached).enumerate() {
+                    assert_eq!(
+                        bits(a),
+                        bits(b),
+                        "{name} {dtype:?} {matmul:?}/{attention:?}: step {step} differs"
+                    );
+                }
+                eprintln!("  {name}, {dtype:?}, matmul {matmul:?}, attention {attention:?}: 10 steps bitwise equal");
+            }
+        }
+    }
+    // The real shape: 30 layers, 49152 vocabulary.
+    let model = smollm2();
+    let prompt = random_tokens(12, model.config.vocab_size, 50);
+    let continuation = random_tokens(6, model.config.vocab_size, 51);
+    for dtype in [GpuDtype::F32, GpuDtype::Bf16] {
+        let gm = GpuModel::upload_on(gpu.clone(), model, dtype).unwrap();
+        let naive = gpu_naive_logits(&gm, &prompt, &continuation);
+        let cached = gpu_cached_logits(&gm, &prompt, &continuation);
+        for (step, (a, b)) in naive.iter().zip(&cached).enumerate() {
+            assert_eq!(
+                bits(a),
+                bits(b),
+                "SmolLM2 shape {dtype:?}: step {step} differs"
+            );
+        }
+        eprintln!("  SmolLM2 shape, {dtype:?}: 7 steps bitwise equal");
+    }
+}
+
+/// The tolerance for GPU f32 logits against the CPU's: `1e-3 * max(1, max |logit|)`.
+///
+/// Why: the GPU does the CPU's arithmetic in other orders (reductions split across threads,
+/// 8-lane vs 1-lane dot products, fused multiply-adds, CUDA's expf), so each operation differs
+/// by a few ulps, and 30 layers carry that to the logits. Measured on the CPU (kvlab 2026-11,
+/// SmolLM2-shaped random model, seed 1, 16 tokens): multiplying every weight by (1 ± 2^-23),
+/// i.e. a 1-ulp disturbance everywhere, moves the logits (max |logit| = 11.0) by at most
+/// 1.6e-5. A few ulps per operation is ~1e-4; the tolerance, 1.1e-2 there, leaves ~100x of
+/// headroom above that and is still ~7x below what bf16 weights change (0.075).
+fn f32_tolerance(cpu_logits: &[f32]) -> f32 {
+    1e-3 * cpu_logits.iter().fold(1.0f32, |m, v| m.max(v.abs()))
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn assert_logits_close(what: &str, gpu: &[Vec<f32>], cpu: &[Vec<f32>]) {
+    for (step, (g, c)) in gpu.iter().zip(cpu).enumerate() {
+        let (diff, tol) = (max_abs_diff(g, c), f32_tolerance(c));
+        if step == 0 || step == gpu.len() - 1 {
+            eprintln!("  {what}, step {step}: max |GPU - CPU| = {diff:.2e} (tolerance {tol:.1e})");
+        }
+        assert!(
+            diff <= tol,
+            "{what}: step {step} differs by {diff:e} > {tol:e}"
+        );
+    }
+}
+
+#[test]
+fn gpu_f32_logits_match_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_f32_logits_match_cpu") else {
+        return;
+    };
+    let small = small_models();
+    let all = with_smollm2(&small);
+    for &(name, model) in &all {
+        let prompt = random_tokens(9, model.config.vocab_size, 60);
+        let continuation = random_tokens(5, model.config.vocab_size, 61);
+        let cpu = cpu_cached_logits(model, &prompt, &continuation);
+        let mut gm = GpuModel::upload_on(gpu.clone(), model, GpuDtype::F32).unwrap();
+        for (matmul, attention) in KERNEL_VERSIONS {
+            (gm.matmul, gm.attention) = (matmul, attention);
+            let got = gpu_cached_logits(&gm, &prompt, &continuation);
+            assert_logits_close(&format!("{name} f32 {matmul:?}/{attention:?}"), &got, &cpu);
+        }
+    }
+}
+
+#[test]
+fn gpu_bf16_logits_close_to_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_bf16_logits_close_to_cpu") else {
+        return;
+    };
+    // Two checks. (a) Against the CPU running the *same* bf16-rounded weights: bf16 -> f32 is
+    // exact and every sum is f32, so only the f32 tolerance applies — this checks the bf16
+    // kernels. (b) Against the original f32 weights: what bf16 costs. Rounding each weight to
+    // 8 bits of mantissa (relative error up to 2^-9) moved the SmolLM2-shaped logits by 0.77%
+    // (relative L2) when measured on the CPU; the bound below is 2%.
+    let model = smollm2();
+    let twin = bf16_twin(model);
+    let prompt = random_tokens(9, model.config.vocab_size, 70);
+    let continuation = random_tokens(5, model.config.vocab_size, 71);
+    let gm = GpuModel::upload_on(gpu.clone(), model, GpuDtype::Bf16).unwrap();
+    let got = gpu_cached_logits(&gm, &prompt, &continuation);
+    assert_logits_close(
+        "SmolLM2 shape bf16 vs CPU with bf16-rounded weights",
+        &got,
+        &cpu_cached_logits(&twin, &prompt, &continuation),
+    );
+    let exact = cpu_cached_logits(model, &prompt, &continuation);
+    for (step, (g, c)) in got.iter().zip(&exact).enumerate() {
+        let l2 = |v: &mut dyn Iterator<Item = f32>| v.map(|x| x * x).sum::<f32>().sqrt();
+        let relative = l2(&mut g.iter().zip(c).map(|(a, b)| a - b)) / l2(&mut c.iter().copied());
+        eprintln!(
+            "  SmolLM2 shape bf16 vs f32 CPU, step {step}: relative L2 {relative:.2e}, max |diff| {:.3}, same top-1: {}",
+            max_abs_diff(g, c),
+            ops::argmax(g) == ops::argmax(c)
+        );
+        assert!(
+            relative <= 2e-2,
+            "bf16 moved the logits by {relative:e} (relative L2) > 2e-2"
+        );
+    }
+    for (seed, (name, config)) in small_configs().into_iter().enumerate() {
+        let model = Model::random(config, seed as u64).unwrap();
+        let prompt = random_tokens(6, model.config.vocab_size, 72);
+        let gm = GpuModel::upload_on(gpu.clone(), &model, GpuDtype::Bf16).unwrap();
+        let got = gpu_cached_logits(&gm, &prompt, &[1, 2]);
+        assert_logits_close(
+            &format!("{name} bf16 vs CPU bf16 twin"),
+            &got,
+            &cpu_cached_logits(&bf16_twin(&model), &prompt, &[1, 2]),
+        );
+    }
+}
+
+#[test]
+fn gpu_greedy_tokens_match_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_greedy_tokens_match_cpu") else {
+        return;
+    };
+    // Greedy decoding, f32 weights: the same tokens as the CPU, on both GPU paths, through the
+    // CLI's own code (Backend + compare_with). Logits agree to ~1e-5 and the random models'
+    // top-two gaps are ~0.1, so a flip would be a bug, not rounding.
+    let small = small_models();
+    let all = with_smollm2(&small);
+    for &(name, model) in &all {
+        let prompt = random_tokens(10, model.config.vocab_size, 80);
+        let opts = GenerateOptions {
+            max_new_tokens: 16,
+            path: PathKind::Cached,
+            sampler: SamplerConfig::default(),
+            eos_ids: vec![],
+        };
+        let cpu = generate(model, &prompt, &opts, |_| {}).unwrap();
+        let gm = GpuModel::upload_on(gpu.clone(), model, GpuDtype::F32).unwrap();
+        let cmp = compare_with(
+            |path| gm.decoder(path, prompt.len() + opts.max_new_tokens),
+            &prompt,
+            &opts,
+        )
+        .unwrap();
+        eprintln!("  {name}: CPU {:?}", cpu.generated_ids);
+        eprintln!(
+            "  {name}: GPU {:?} (naive == cached: {})",
+            cmp.cached.generated_ids, cmp.identical
+        );
+        assert!(cmp.identical, "{name}: GPU naive and cached tokens differ");
+        assert_eq!(
+            cmp.cached.generated_ids, cpu.generated_ids,
+            "{name}: GPU and CPU tokens differ"
+        );
+        let (reserved, used) = (cmp.cached.kv_cache_bytes, cmp.cached.kv_cache_bytes_used);
+        assert_eq!(
+            (reserved, used),
+            (cpu.kv_cache_bytes, cpu.kv_cache_bytes_used),
+            "{name}: KV bytes differ"
+        );
+    }
+    // The CLI's entry point, as `--device cuda` uses it.
+    let model = all[0].1;
+    let backend = Backend::new(Device::Cuda, model, GpuDtype::Bf16).unwrap();
+    eprintln!("  Backend: {}", backend.describe());
+    assert!(backend.describe().starts_with("cuda: "));
+    let mut decoder = backend.decoder(PathKind::Cached, 3, 2).unwrap();
+    assert_eq!(
+        decoder.prefill(&[1, 2, 3]).unwrap().len(),
+        model.config.vocab_size
+    );
+}
+
+#[test]
+fn gpu_bad_requests_are_errors() {
+    let Some(gpu) = gpu_or_skip("gpu_bad_requests_are_errors") else {
+        return;
+    };
+    let mut config = small_configs()[0].1.clone();
+    config.max_position_embeddings = 8;
+    let model = Model::random(config, 0).unwrap();
+    let gm = GpuModel::upload_on(gpu, &model, GpuDtype::F32).unwrap();
+
+    // A full cache: CacheFull, and the cache is left as it was.
+    let mut cached = gm.cached_decoder(4).unwrap();
+    kvlab::generate::Decoder::prefill(&mut cached, &[1, 2, 3]).unwrap();
+    kvlab::generate::Decoder::step(&mut cached, 4).unwrap();
+    let err = kvlab::generate::Decoder::step(&mut cached, 5);
+    assert!(
+        matches!(
+            err,
+            Err(Error::CacheFull {
+                capacity: 4,
+                used: 4,
+                requested: 1
+            })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(cached.cache.len(), 4);
+
+    // A token outside the vocabulary.
+    let mut naive = gm.naive_decoder(9).unwrap();
+    let err = kvlab::generate::Decoder::prefill(&mut naive, &[1, 500]);
+    assert!(
+        matches!(err, Err(Error::TokenOutOfRange { id: 500, .. })),
+        "{err:?}"
+    );
+    // Longer than the model's context.
+    let err = kvlab::generate::Decoder::prefill(&mut naive, &[1; 9]);
+    assert!(
+        matches!(
+            err,
+            Err(Error::PromptTooLong {
+                prompt_len: 9,
+                max_seq_len: 8
+            })
+        ),
+        "{err:?}"
+    );
+    // Empty.
+    let err = kvlab::generate::Decoder::prefill(&mut naive, &[]);
+    assert!(matches!(err, Err(Error::EmptyPrompt)), "{err:?}");
+    // Longer than the decoder was sized for.
+    let mut small = gm.naive_decoder(2).unwrap();
+    assert!(kvlab::generate::Decoder::prefill(&mut small, &[1, 2, 3]).is_err());
+}
+
+// =============================================================================================
+// The benchmark (scripts/gpu-check.sh runs it with --ignored)
+// =============================================================================================
+
+#[test]
+#[ignore = "GPU benchmark: run with `--ignored gpu_bench --nocapture` (scripts/gpu-check.sh does)"]
+fn gpu_bench() {
+    let Some(gpu) = gpu_or_skip("gpu_bench") else {
+        return;
+    };
+    let contexts: Vec<usize> = std::env::var("KVLAB_BENCH_CONTEXTS")
+        .unwrap_or_else(|_| "128,512,1024".into())
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .expect("KVLAB_BENCH_CONTEXTS: comma-separated numbers")
+        })
+        .collect();
+    let decode_tokens = 32;
+    let model = smollm2();
+    println!("SmolLM2-135M-shaped random model on {}", gpu.describe());
+    println!("decode: {decode_tokens} greedy tokens after a prompt of `context` random tokens; roofline = bytes per token / {:.1e} B/s (H200 HBM)", bench::H200_HBM_BYTES_PER_S);
+    println!("{}", bench::header());
+    for dtype in [GpuDtype::F32, GpuDtype::Bf16] {
+        let mut gm = GpuModel::upload_on(gpu.clone(), model, dtype).unwrap();
+        println!(
+            "weights {dtype:?}: {:.1} MB read per decode token (+ the KV cache)",
+            gm.weights.bytes_read_per_token() as f64 / 1e6
+        );
+        for matmul in [MatmulVersion::V1, MatmulVersion::V2] {
+            gm.matmul = matmul;
+            for &context in &contexts {
+                let row =
+                    bench::bench_context(&gm, context, decode_tokens, bench::H200_HBM_BYTES_PER_S)
+                        .unwrap();
+                println!("{}", bench::format_row(&row));
+                println!("BENCH_JSON {}", serde_json::to_string(&row).unwrap());
+            }
+        }
+    }
+}
