@@ -29,9 +29,10 @@
 // each as one fused multiply-add, starting from 0. So:
 //   - the result for a row never depends on how many rows are in the launch: the naive path
 //     (all rows every step) and the cached path (one row) get bitwise-identical numbers;
-//   - v1 and v2 give the same bits as each other (tests/cuda.rs reports whether they do).
-// The CPU also adds in order of k but rounds the product before the sum (no FMA), so GPU and
-// CPU differ in the last bits.
+//   - v1 and v2 give the same bits as each other;
+//   - and the same bits as the CPU, whose ops::matmul computes exactly this chain too
+//     (`acc = x.mul_add(w, acc)` from 0.0, in order of k). tests/cuda.rs reports both.
+// (`acc += x * w` is compiled to one FMA because NVRTC contracts by default, --fmad=true.)
 
 #include <cuda_bf16.h>
 

@@ -13,10 +13,12 @@
 //! - [`bench`] — prefill and decode speed against the memory-bandwidth roofline.
 //!
 //! What the GPU changes, and what it does not: the arithmetic is the CPU's (f32 sums, the
-//! same RoPE tables, the same softmax), but sums run in other orders and CUDA fuses
-//! multiply-adds, so GPU and CPU logits agree to a tolerance, not bit for bit. Between the
-//! GPU's own naive and cached paths they *are* bitwise equal, for the reason the CPU's are:
-//! every kernel is row-independent (see kernels/matmul.cu).
+//! same RoPE tables, the same softmax; the matmuls even run the CPU's exact chain of fused
+//! multiply-adds), but reductions split across threads (RMSNorm's sum of squares, v2
+//! attention's dot products) add in other orders and CUDA's `expf` is not Rust's `exp`, so
+//! GPU and CPU logits agree to a tolerance, not bit for bit. Between the GPU's own naive and
+//! cached paths they *are* bitwise equal, for the reason the CPU's are: every kernel is
+//! row-independent (see kernels/matmul.cu).
 
 pub mod bench;
 pub mod decoder;
