@@ -17,6 +17,10 @@ pub struct Checkpoint {
     pub context: usize,
     pub naive_step_ms: f64,
     pub cached_step_ms: f64,
+    /// Mean latency of the steps since the previous checkpoint (this one included):
+    /// single steps jitter by 10-20 % on a shared machine, the mean shows the trend.
+    pub naive_mean_step_ms: f64,
+    pub cached_mean_step_ms: f64,
     pub naive_cumulative_ms: f64,
     pub cached_cumulative_ms: f64,
 }
@@ -74,9 +78,16 @@ pub fn compare_with<'a>(
     let identical = cached.generated_ids == naive.generated_ids;
     let n = cached.token_ms.len().min(naive.token_ms.len());
     let cumulative = |ms: &[f64], t: usize| ms[..t].iter().sum::<f64>();
-    let checkpoints = checkpoint_tokens(n)
-        .into_iter()
-        .map(|t| Checkpoint {
+    let at = checkpoint_tokens(n);
+    let previous: Vec<usize> = std::iter::once(0).chain(at.iter().copied()).collect();
+    let mean =
+        |ms: &[f64], from: usize, to: usize| ms[from..to].iter().sum::<f64>() / (to - from) as f64;
+    let checkpoints = at
+        .iter()
+        .zip(&previous)
+        .map(|(&t, &prev)| Checkpoint {
+            naive_mean_step_ms: mean(&naive.token_ms, prev, t),
+            cached_mean_step_ms: mean(&cached.token_ms, prev, t),
             token: t,
             context: prompt.len() + t - 1,
             naive_step_ms: naive.token_ms[t - 1],

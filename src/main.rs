@@ -592,20 +592,35 @@ fn print_comparison(c: &Comparison) {
         println!("text: {:?}\n", c.cached.text);
     }
     println!(
-        "{:>6} {:>8} | {:>12} {:>12} | {:>14} {:>14}",
-        "token", "context", "naive step", "cached step", "naive total", "cached total"
+        "{:>6} {:>8} | {:>11} {:>11} | {:>11} {:>11} {:>6} | {:>12} {:>12}",
+        "token",
+        "context",
+        "naive step",
+        "cached step",
+        "naive mean",
+        "cached mean",
+        "ratio",
+        "naive total",
+        "cached total"
     );
     for p in &c.checkpoints {
         println!(
-            "{:>6} {:>8} | {:>9.1} ms {:>9.1} ms | {:>11.1} ms {:>11.1} ms",
+            "{:>6} {:>8} | {:>8.1} ms {:>8.1} ms | {:>8.1} ms {:>8.1} ms {:>5.1}x | {:>9.1} ms {:>9.1} ms",
             p.token,
             p.context,
             p.naive_step_ms,
             p.cached_step_ms,
+            p.naive_mean_step_ms,
+            p.cached_mean_step_ms,
+            p.naive_mean_step_ms / p.cached_mean_step_ms,
             p.naive_cumulative_ms,
             p.cached_cumulative_ms
         );
     }
+    println!(
+        "(token 1 is the prefill: its time is TTFT. mean: the mean step since the previous row; \
+         ratio: naive mean / cached mean. context: tokens the step attends to.)"
+    );
     println!();
     println!("{}", summary(&c.naive));
     println!("{}", summary(&c.cached));
