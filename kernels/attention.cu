@@ -16,7 +16,8 @@
 //   - several new tokens meeting a warm cache get the rectangular mask: row i sees keys
 //     0 ..= start_pos + i.
 //
-// CPU twin: attention::causal_attention (src/attention.rs).
+// CPU twin: attention::causal_attention (src/attention.rs); attention_paged's twin is
+// attention::attention_over with attention::Paged rows.
 //
 //   v1  one thread per (row i, head h): a line-by-line port of the CPU code. Launch: 1-D,
 //       n * n_heads threads, 128 per block. The thread walks the keys three times (max,
@@ -96,13 +97,42 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;  // the same value in every lane
 }
 
-extern "C" __global__ void attention_v2(float* out, const float* q, const float* keys,
-                                        const float* values, int n, int start_pos, int n_heads,
-                                        int n_kv_heads, int head_dim) {
+// Where attention finds position j's key and value (the GPU twin of the CPU's `KvRows`):
+// rows one after another (a contiguous cache, or this pass's K and V)...
+struct ContiguousRows {
+    const float* keys;
+    const float* values;
+    int kv_dim;
+    __device__ const float* key(int j) const { return keys + (size_t)j * kv_dim; }
+    __device__ const float* value(int j) const { return values + (size_t)j * kv_dim; }
+};
+
+// ANCHOR: paged_rows
+// ...or PagedAttention's blocks (Kwon et al. 2023): position j is row j % block_size of
+// block block_table[j / block_size] of a pool [n_blocks, block_size, kv_dim] (one layer).
+// CPU twin: attention::Paged (src/attention.rs). The only difference is this address.
+struct PagedRows {
+    const float* k_pool;
+    const float* v_pool;
+    const int* block_table;
+    int block_size;
+    int kv_dim;
+    __device__ size_t row(int j) const {
+        return ((size_t)block_table[j / block_size] * block_size + j % block_size) * kv_dim;
+    }
+    __device__ const float* key(int j) const { return k_pool + row(j); }
+    __device__ const float* value(int j) const { return v_pool + row(j); }
+};
+// ANCHOR_END: paged_rows
+
+// The body of v2, for any layout: the arithmetic per (row, head) is the same whatever
+// `rows` is, so the contiguous and paged kernels give bitwise-identical outputs.
+template <typename Rows>
+__device__ void attention_v2_rows(float* out, const float* q, Rows rows, int n, int start_pos,
+                                  int n_heads, int n_kv_heads, int head_dim) {
     int h = blockIdx.x, i = blockIdx.y;  // grid: (n_heads, n)
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int pos = start_pos + i;
-    int kv_dim = n_kv_heads * head_dim;
     int kv_head = h / (n_heads / n_kv_heads);
     const float* q_head = q + ((size_t)i * n_heads + h) * head_dim;
     float* out_head = out + ((size_t)i * n_heads + h) * head_dim;
@@ -120,8 +150,8 @@ extern "C" __global__ void attention_v2(float* out, const float* q, const float*
     float m = NEG_INF;  // the largest score so far
     float l = 0.0f;     // sum of exp(score - m) so far
     for (int j = warp; j <= pos; j += WARPS) {
-        const float* key = keys + (size_t)j * kv_dim + kv_head * head_dim;
-        const float* value = values + (size_t)j * kv_dim + kv_head * head_dim;
+        const float* key = rows.key(j) + kv_head * head_dim;
+        const float* value = rows.value(j) + kv_head * head_dim;
         float partial = 0.0f;
         for (int c = 0; c < DIMS_PER_LANE; c++) {
             int d = lane + 32 * c;
@@ -158,4 +188,22 @@ extern "C" __global__ void attention_v2(float* out, const float* q, const float*
         for (int w = 0; w < WARPS; w++) o += warp_acc[w][d] * expf(warp_m[w] - m_all);
         out_head[d] = o / l_all;
     }
+}
+
+extern "C" __global__ void attention_v2(float* out, const float* q, const float* keys,
+                                        const float* values, int n, int start_pos, int n_heads,
+                                        int n_kv_heads, int head_dim) {
+    ContiguousRows rows = {keys, values, n_kv_heads * head_dim};
+    attention_v2_rows(out, q, rows, n, start_pos, n_heads, n_kv_heads, head_dim);
+}
+
+// attention_paged: v2 reading keys and values through a block table. Launch as v2:
+// grid (n_heads, n), 128 threads. k_pool, v_pool: [n_blocks, block_size, n_kv_heads, head_dim];
+// block_table: the sequence's blocks in order, covering positions 0..start_pos+n.
+extern "C" __global__ void attention_paged(float* out, const float* q, const float* k_pool,
+                                           const float* v_pool, const int* block_table,
+                                           int block_size, int n, int start_pos, int n_heads,
+                                           int n_kv_heads, int head_dim) {
+    PagedRows rows = {k_pool, v_pool, block_table, block_size, n_kv_heads * head_dim};
+    attention_v2_rows(out, q, rows, n, start_pos, n_heads, n_kv_heads, head_dim);
 }

@@ -17,7 +17,7 @@
 //! kernel's error and timing (scripts/gpu-check.sh does, then runs the ignored `gpu_bench`).
 
 use half::bf16;
-use kvlab::attention::{causal_attention, Heads};
+use kvlab::attention::{attention_over, causal_attention, Heads, Paged};
 use kvlab::compare::compare_with;
 use kvlab::cuda::gpu::probe_device;
 use kvlab::cuda::weights::{GpuMatrix, RopeTables};
@@ -955,6 +955,152 @@ fn gpu_attention_matches_cpu() {
             });
             eprintln!("  attention {version:?} {n} queries over {used} keys (9/3 heads of 64): {us:9.1} µs");
         }
+    }
+}
+
+/// PagedAttention on the GPU (kernels/attention.cu `attention_paged`) against its CPU twin
+/// (`attention_over` with `Paged` rows), with the blocks scattered through a pool in a
+/// shuffled order; and against the GPU's own contiguous kernel on the same rows, bit for bit
+/// (the two kernels share one body: only the address of row `j` differs).
+#[test]
+fn gpu_paged_attention_matches_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_paged_attention_matches_cpu") else {
+        return;
+    };
+    // (n, start_pos, n_heads, n_kv_heads, head_dim, block_size)
+    let cases = [
+        (1, 0, 9, 3, 64, 16),   // first token, one partly filled block
+        (1, 100, 9, 3, 64, 16), // a decode step over 101 keys: 7 blocks, the last partial
+        (5, 37, 8, 2, 6, 4),    // several new tokens meet a warm cache; tiny blocks
+        (7, 0, 4, 1, 40, 3),    // a whole prefill through blocks of 3, MQA
+        (1, 511, 9, 3, 64, 16), // exactly 32 full blocks
+    ];
+    for (n, start_pos, n_heads, n_kv_heads, head_dim, block_size) in cases {
+        let heads = Heads {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        };
+        let kv_dim = n_kv_heads * head_dim;
+        let used: usize = start_pos + n;
+        let n_table = used.div_ceil(block_size);
+        let n_blocks = n_table + 3; // spare blocks, filled with NaN: reading one would show
+                                    // The sequence's blocks, scattered: table entry b is pool block (b * 5 + 2) % n_blocks
+                                    // when that is a permutation, else reversed order.
+        let table: Vec<u32> = if gcd(5, n_blocks) == 1 {
+            (0..n_table)
+                .map(|b| ((b * 5 + 2) % n_blocks) as u32)
+                .collect()
+        } else {
+            (0..n_table).map(|b| (n_blocks - 1 - b) as u32).collect()
+        };
+        let q = random(n * n_heads * head_dim, 1.0, 40);
+        let (keys, values) = (
+            random(used * kv_dim, 1.0, 41),
+            random(used * kv_dim, 1.0, 42),
+        );
+        // Scatter the contiguous rows into the pools through the table.
+        let mut k_pool = vec![f32::NAN; n_blocks * block_size * kv_dim];
+        let mut v_pool = k_pool.clone();
+        for j in 0..used {
+            let row = (table[j / block_size] as usize * block_size + j % block_size) * kv_dim;
+            k_pool[row..row + kv_dim].copy_from_slice(&keys[j * kv_dim..(j + 1) * kv_dim]);
+            v_pool[row..row + kv_dim].copy_from_slice(&values[j * kv_dim..(j + 1) * kv_dim]);
+        }
+        let block = |pool: &[f32], b: u32| {
+            let start = b as usize * block_size * kv_dim;
+            pool[start..start + block_size * kv_dim].to_vec()
+        };
+        let k_blocks: Vec<Vec<f32>> = table.iter().map(|&b| block(&k_pool, b)).collect();
+        let v_blocks: Vec<Vec<f32>> = table.iter().map(|&b| block(&v_pool, b)).collect();
+        let cpu_rows = Paged {
+            k_blocks: k_blocks.iter().map(|b| b.as_slice()).collect(),
+            v_blocks: v_blocks.iter().map(|b| b.as_slice()).collect(),
+            block_size,
+            kv_dim,
+        };
+        let cpu = attention_over(&cpu_rows, &q, start_pos, heads);
+        assert_eq!(
+            bits(&cpu),
+            bits(&causal_attention(&q, &keys, &values, start_pos, heads)),
+            "the CPU twin itself: paged == contiguous"
+        );
+
+        let (qd, kpd, vpd) = (
+            gpu.upload(&q).unwrap(),
+            gpu.upload(&k_pool).unwrap(),
+            gpu.upload(&v_pool).unwrap(),
+        );
+        let mut out = gpu.zeros::<f32>(n * n_heads * head_dim).unwrap();
+        gpu.attention_paged(
+            &mut out.as_view_mut(),
+            &qd.as_view(),
+            &kpd.as_view(),
+            &vpd.as_view(),
+            &table,
+            block_size,
+            n,
+            start_pos,
+            heads,
+        )
+        .unwrap();
+        let got = gpu.download(&out).unwrap();
+        let what = format!(
+            "paged attention n {n} start {start_pos} heads {n_heads}/{n_kv_heads} head_dim {head_dim} block {block_size}"
+        );
+        assert_close(&what, &got, &cpu, 2e-5);
+
+        let (kd, vd) = (gpu.upload(&keys).unwrap(), gpu.upload(&values).unwrap());
+        let mut contiguous = gpu.zeros::<f32>(n * n_heads * head_dim).unwrap();
+        gpu.attention(
+            &mut contiguous.as_view_mut(),
+            &qd.as_view(),
+            &kd.as_view(),
+            &vd.as_view(),
+            n,
+            start_pos,
+            heads,
+            AttentionVersion::V2,
+        )
+        .unwrap();
+        assert_eq!(
+            bits(&gpu.download(&contiguous).unwrap()),
+            bits(&got),
+            "{what}: paged and contiguous v2 differ"
+        );
+    }
+    // A table that points outside the pool, or is too short, is an error, not a wild read.
+    let heads = Heads {
+        n_heads: 2,
+        n_kv_heads: 1,
+        head_dim: 8,
+    };
+    let pool = gpu.zeros::<f32>(4 * 2 * 8).unwrap(); // 2 blocks of 4 positions
+    let q = gpu.zeros::<f32>(2 * 8).unwrap();
+    let mut out = gpu.zeros::<f32>(2 * 8).unwrap();
+    for (table, start_pos) in [(vec![0u32, 7], 5), (vec![0u32], 5)] {
+        let err = gpu
+            .attention_paged(
+                &mut out.as_view_mut(),
+                &q.as_view(),
+                &pool.as_view(),
+                &pool.as_view(),
+                &table,
+                4,
+                1,
+                start_pos,
+                heads,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("paged attention"), "{err}");
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 

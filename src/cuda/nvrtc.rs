@@ -63,7 +63,7 @@ pub const KERNELS: &[KernelSource] = &[
     KernelSource {
         file: "attention.cu",
         source: include_str!("../../kernels/attention.cu"),
-        functions: &["attention_v1", "attention_v2"],
+        functions: &["attention_v1", "attention_v2", "attention_paged"],
     },
     KernelSource {
         file: "residual.cu",

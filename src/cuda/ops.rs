@@ -380,6 +380,105 @@ impl Gpu {
     }
     // ANCHOR_END: attention
 
+    // ANCHOR: attention_paged
+    /// Attention reading one layer's keys and values through a block table
+    /// (PagedAttention, Kwon et al. 2023): position `j` is row `j % block_size` of block
+    /// `block_table[j / block_size]` of `k_pool`/`v_pool` (`[n_blocks, block_size,
+    /// n_kv_heads, head_dim]`). The kernel is v2's body with another address, so it gives the
+    /// bits v2 gives on the same rows stored contiguously. The table is checked here, on the
+    /// host, then copied to the GPU. CPU twin: `attention::attention_over` with `attention::Paged`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_paged(
+        &self,
+        out: &mut CudaViewMut<f32>,
+        q: &CudaView<f32>,
+        k_pool: &CudaView<f32>,
+        v_pool: &CudaView<f32>,
+        block_table: &[u32],
+        block_size: usize,
+        n: usize,
+        start_pos: usize,
+        heads: Heads,
+    ) -> Result<()> {
+        let Heads {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        } = heads;
+        if n_kv_heads == 0 || n_heads % n_kv_heads != 0 || head_dim > MAX_HEAD_DIM {
+            return Err(Error::Cuda(format!(
+                "paged attention needs n_heads divisible by n_kv_heads and head_dim <= {MAX_HEAD_DIM}: got {n_heads}, {n_kv_heads}, {head_dim}"
+            )));
+        }
+        let block_floats = block_size * n_kv_heads * head_dim;
+        if block_size == 0 || k_pool.len() % block_floats != 0 || k_pool.len() != v_pool.len() {
+            return Err(Error::Cuda(format!(
+                "paged attention: pools of {} and {} floats are not whole blocks of {block_size} positions x {} floats",
+                k_pool.len(),
+                v_pool.len(),
+                n_kv_heads * head_dim
+            )));
+        }
+        let n_blocks = k_pool.len() / block_floats;
+        if block_table.len() * block_size < start_pos + n {
+            return Err(Error::Cuda(format!(
+                "paged attention: a table of {} blocks of {block_size} holds {} positions, {} are read",
+                block_table.len(),
+                block_table.len() * block_size,
+                start_pos + n
+            )));
+        }
+        if let Some(bad) = block_table.iter().find(|&&b| b as usize >= n_blocks) {
+            return Err(Error::Cuda(format!(
+                "paged attention: block {bad} in the table, but the pool has {n_blocks} blocks"
+            )));
+        }
+        if n > 65535 {
+            return Err(Error::Cuda(format!(
+                "paged attention takes at most 65535 queries per launch, got {n}"
+            )));
+        }
+        let q_len = n * n_heads * head_dim;
+        check("paged attention q", q.len(), q_len)?;
+        check("paged attention out", out.len(), q_len)?;
+        int("paged attention pool size", k_pool.len())?;
+        int("paged attention q size", q_len)?;
+        let table: Vec<i32> = block_table
+            .iter()
+            .map(|&b| int("block id", b as usize))
+            .collect::<Result<_>>()?;
+        let table = self.upload(&table)?;
+        let (bs_i, n_i, sp_i, nh_i, nkv_i, hd_i) = (
+            int("block_size", block_size)?,
+            int("n", n)?,
+            int("start_pos", start_pos)?,
+            int("n_heads", n_heads)?,
+            int("n_kv_heads", n_kv_heads)?,
+            int("head_dim", head_dim)?,
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (n_heads as u32, n as u32, 1),
+            block_dim: (128, 1, 1), // WARPS * 32 in attention.cu
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.f.attention_paged);
+        b.arg(out).arg(q).arg(k_pool).arg(v_pool).arg(&table);
+        b.arg(&bs_i)
+            .arg(&n_i)
+            .arg(&sp_i)
+            .arg(&nh_i)
+            .arg(&nkv_i)
+            .arg(&hd_i);
+        // SAFETY: attention_paged(out, q, k_pool, v_pool, block_table, block_size, n, start_pos,
+        // n_heads, n_kv_heads, head_dim) matches the kernel. It reads table entries below
+        // (start_pos+n)/block_size+1 <= block_table.len() (checked), each a block id below
+        // n_blocks (checked), so every pool row it reads is inside k_pool/v_pool (whole blocks,
+        // checked); q and out below n*n_heads*head_dim (checked); KV head h / kv_mul <
+        // n_kv_heads (divisibility checked); head_dim <= MAX_HEAD_DIM (checked).
+        unsafe { self.launch(&mut b, cfg, "attention_paged") }
+    }
+    // ANCHOR_END: attention_paged
+
     /// `x += y` over the first `count` elements: the residual connection. CPU twin: `ops::add_inplace`.
     pub fn add_inplace(
         &self,
