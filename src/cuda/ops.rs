@@ -51,6 +51,22 @@ fn check(what: &str, len: usize, needed: usize) -> Result<()> {
 }
 
 /// `v` as the kernels' `int`, or an error if it does not fit.
+/// The head shapes the attention kernels take: KV heads dividing the query heads, and
+/// heads no larger than the kernels' per-lane arrays.
+fn check_heads(what: &str, heads: Heads) -> Result<()> {
+    let Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = heads;
+    if n_kv_heads == 0 || n_heads % n_kv_heads != 0 || head_dim > MAX_HEAD_DIM {
+        return Err(Error::Cuda(format!(
+            "{what} needs n_heads divisible by n_kv_heads and head_dim <= {MAX_HEAD_DIM}: got {n_heads}, {n_kv_heads}, {head_dim}"
+        )));
+    }
+    Ok(())
+}
+
 fn int(what: &str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| {
         Error::Cuda(format!(
@@ -332,11 +348,7 @@ impl Gpu {
             n_kv_heads,
             head_dim,
         } = heads;
-        if n_kv_heads == 0 || n_heads % n_kv_heads != 0 || head_dim > MAX_HEAD_DIM {
-            return Err(Error::Cuda(format!(
-                "attention needs n_heads divisible by n_kv_heads and head_dim <= {MAX_HEAD_DIM}: got {n_heads}, {n_kv_heads}, {head_dim}"
-            )));
-        }
+        check_heads("attention", heads)?;
         let q_len = n * n_heads * head_dim;
         let kv_len = (start_pos + n) * n_kv_heads * head_dim;
         check("attention q", q.len(), q_len)?;
@@ -405,11 +417,7 @@ impl Gpu {
             n_kv_heads,
             head_dim,
         } = heads;
-        if n_kv_heads == 0 || n_heads % n_kv_heads != 0 || head_dim > MAX_HEAD_DIM {
-            return Err(Error::Cuda(format!(
-                "paged attention needs n_heads divisible by n_kv_heads and head_dim <= {MAX_HEAD_DIM}: got {n_heads}, {n_kv_heads}, {head_dim}"
-            )));
-        }
+        check_heads("paged attention", heads)?;
         let block_floats = block_size * n_kv_heads * head_dim;
         if block_size == 0 || k_pool.len() % block_floats != 0 || k_pool.len() != v_pool.len() {
             return Err(Error::Cuda(format!(
