@@ -94,6 +94,18 @@ struct PromptArgs {
     system: Option<String>,
     #[arg(long, default_value_t = 64)]
     max_new_tokens: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    #[command(flatten)]
+    device: DeviceArgs,
+    /// Print one JSON object with the figures instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// How tokens are picked: shared by every command that generates.
+#[derive(Args, Clone, Copy)]
+struct SamplingArgs {
     /// 0 = greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -103,13 +115,20 @@ struct PromptArgs {
     /// Nucleus sampling mass (1.0 = off).
     #[arg(long, default_value_t = 1.0)]
     top_p: f32,
+    /// Seeds the sampler (and --random-weights).
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    #[command(flatten)]
-    device: DeviceArgs,
-    /// Print one JSON object with the figures instead of text.
-    #[arg(long)]
-    json: bool,
+}
+
+impl SamplingArgs {
+    fn config(&self) -> SamplerConfig {
+        SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+        }
+    }
 }
 
 #[derive(Args, Clone, Copy)]
@@ -223,15 +242,8 @@ struct ChatArgs {
     /// Recompute the whole conversation every turn (to feel the difference).
     #[arg(long)]
     no_reuse: bool,
-    /// 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f32,
-    #[arg(long, default_value_t = 0)]
-    top_k: usize,
-    #[arg(long, default_value_t = 1.0)]
-    top_p: f32,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// One JSON object per turn, one per line, instead of text.
     #[arg(long)]
     json: bool,
@@ -360,7 +372,10 @@ fn print_json(value: &impl serde::Serialize) -> Result<()> {
 /// Loads the model and its tokenizer (none for random weights), and turns the prompt into ids.
 fn load(args: &PromptArgs) -> Result<(Model, Option<Tokenizer>, Vec<u32>)> {
     let (model, tokenizer) = if args.random_weights {
-        (Model::random(Config::smollm2_135m(), args.seed)?, None)
+        (
+            Model::random(Config::smollm2_135m(), args.sampling.seed)?,
+            None,
+        )
     } else {
         if !args.model.is_dir() {
             return Err(Error::ModelFolderMissing(args.model.clone()));
@@ -408,12 +423,7 @@ fn options(args: &PromptArgs, model: &Model, path: PathKind) -> GenerateOptions 
     GenerateOptions {
         max_new_tokens: args.max_new_tokens,
         path,
-        sampler: SamplerConfig {
-            temperature: args.temperature,
-            top_k: args.top_k,
-            top_p: args.top_p,
-            seed: args.seed,
-        },
+        sampler: args.sampling.config(),
         eos_ids: model.config.eos_ids(),
     }
 }
@@ -1043,12 +1053,7 @@ fn cmd_chat(args: ChatArgs) -> Result<()> {
     let opts = GenerateOptions {
         max_new_tokens: args.max_new_tokens,
         path: PathKind::Cached,
-        sampler: SamplerConfig {
-            temperature: args.temperature,
-            top_k: args.top_k,
-            top_p: args.top_p,
-            seed: args.seed,
-        },
+        sampler: args.sampling.config(),
         eos_ids: model.config.eos_ids(),
     };
     let mut messages = Vec::new();
