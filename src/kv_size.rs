@@ -37,6 +37,18 @@ pub struct KvShape {
     pub dtype: KvDtype,
 }
 
+impl KvShape {
+    /// The cache shape of a model: its layers, KV heads (not query heads) and head size.
+    pub fn of(config: &crate::config::Config, dtype: KvDtype) -> KvShape {
+        KvShape {
+            layers: config.num_hidden_layers,
+            kv_heads: config.n_kv_heads(),
+            head_dim: config.head_dim(),
+            dtype,
+        }
+    }
+}
+
 // ANCHOR: kv_size
 impl KvShape {
     /// Bytes one token adds to the cache: a K and a V vector per layer.

@@ -653,12 +653,7 @@ struct KvSizeReport {
 fn cmd_kv_size(args: KvSizeArgs) -> Result<()> {
     let shape = if let Some(dir) = &args.model {
         let config = Config::from_file(&dir.join("config.json"))?;
-        KvShape {
-            layers: config.num_hidden_layers,
-            kv_heads: config.n_kv_heads(),
-            head_dim: config.head_dim(),
-            dtype: args.dtype,
-        }
+        KvShape::of(&config, args.dtype)
     } else {
         let missing = |name: &str| {
             Error::InvalidArgument(format!(

@@ -175,5 +175,5 @@ pub fn new_store(
 
 /// Bytes of one position (K and V, every layer) in kvlab's f32 caches.
 pub fn bytes_per_token(config: &Config) -> usize {
-    2 * config.num_hidden_layers * config.n_kv_heads() * config.head_dim() * size_of::<f32>()
+    crate::kv_size::KvShape::of(config, crate::kv_size::KvDtype::F32).bytes_per_token()
 }
