@@ -46,7 +46,7 @@ fn prefill(c: &mut Criterion) {
         group.throughput(Throughput::Elements(n as u64));
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |bench, _| {
             bench.iter(|| {
-                let mut cache = kvlab::kv_cache::KvCache::new(&model.config, n);
+                let mut cache = kvlab::cache::PreallocatedCache::new(&model.config, n).unwrap();
                 black_box(
                     model
                         .forward(&prompt, kvlab::model::KvSource::Cache(&mut cache))

@@ -21,6 +21,7 @@
 //! — so every layout gives bitwise-identical outputs (chapters "Attention" and
 //! "Paged attention").
 
+use crate::config::Config;
 use crate::ops::softmax;
 use rayon::prelude::*;
 
@@ -30,6 +31,17 @@ pub struct Heads {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
+}
+
+impl Heads {
+    /// The attention shape `config` describes.
+    pub fn of(config: &Config) -> Heads {
+        Heads {
+            n_heads: config.num_attention_heads,
+            n_kv_heads: config.n_kv_heads(),
+            head_dim: config.head_dim(),
+        }
+    }
 }
 
 // ANCHOR: attention

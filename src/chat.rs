@@ -12,7 +12,7 @@
 //! fed back). The cache is truncated to the common prefix and the rest is computed;
 //! `tests/caches.rs` checks that turn 2 then gives the same tokens as turn 2 from scratch.
 
-use crate::cache::KvStore;
+use crate::cache::{KvBytes, KvStore};
 use crate::error::{Error, Result};
 use crate::generate::{check_request, generate_with, Decoder, GenerateOptions, Generation};
 use crate::model::{KvSource, Model};
@@ -52,8 +52,8 @@ impl<'a> ChatSession<'a> {
         &self.cached
     }
 
-    pub fn kv_bytes(&self) -> (usize, usize) {
-        (self.cache.bytes_reserved(), self.cache.bytes_used())
+    pub fn kv_bytes(&self) -> KvBytes {
+        KvBytes::of(&self.cache)
     }
 
     /// Runs one turn. `prompt` is the whole conversation so far, ending with the
@@ -123,8 +123,8 @@ impl Decoder for Resume<'_> {
         Ok(logits)
     }
 
-    fn kv_bytes(&self) -> (usize, usize) {
-        (self.cache.bytes_reserved(), self.cache.bytes_used())
+    fn kv_bytes(&self) -> KvBytes {
+        KvBytes::of(&*self.cache)
     }
 }
 // ANCHOR_END: resume

@@ -79,8 +79,10 @@ pub enum Error {
         needed: usize,
     },
 
-    #[error("cannot allocate {bytes} bytes for the KV cache: lower --max-new-tokens or the prompt length, or pick a smaller --budget")]
-    CacheAlloc { bytes: usize },
+    /// A fallible allocation the allocator refused: every cache buffer is allocated this way,
+    /// so a request too large for this machine is an error, not an abort.
+    #[error("cannot allocate {bytes} bytes for {what}: lower --max-new-tokens, the prompt length, --max-context or --budget")]
+    OutOfMemory { what: &'static str, bytes: usize },
 
     #[error("token id {id} is outside the vocabulary (size {vocab_size})")]
     TokenOutOfRange { id: u32, vocab_size: usize },
@@ -90,6 +92,16 @@ pub enum Error {
 
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// Two computations that must agree did not (naive vs cached tokens, with vs without
+    /// prefix caching): a bug in kvlab, never bad input.
+    #[error("{0}: this is a bug in kvlab, please report it")]
+    Mismatch(String),
+
+    /// An internal invariant was broken (e.g. a cache written before `prepare`): a bug in
+    /// kvlab, never bad input.
+    #[error("internal error: {0}: this is a bug in kvlab, please report it")]
+    Internal(String),
 
     #[error("CUDA: {0}")]
     Cuda(String),

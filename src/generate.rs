@@ -1,17 +1,16 @@
-//! One generation loop for both paths, with the timings the seed measures:
+//! One generation loop for both paths, with the timings the course measures (book: prefill-decode.md):
 //! TTFT (首token延迟: prefill + first token), each decode step's latency, TPOT
 //! (time per output token), tokens/s, and the KV cache's bytes.
 
-use crate::cache::{new_store, CacheKind, KvStore};
+use crate::cache::{KvBytes, KvStore, PreallocatedCache};
 use crate::error::{Error, Result};
-use crate::kv_cache::KvCache;
 use crate::model::{KvSource, Model};
 use crate::sampler::{Sampler, SamplerConfig};
 use serde::Serialize;
 use std::time::Instant;
 
 /// Which forward path generates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PathKind {
     /// Prefill once into a KV cache, then one token per step.
@@ -22,19 +21,20 @@ pub enum PathKind {
 
 // ANCHOR: paths
 /// The state a path keeps between steps, behind the two verbs generation needs.
-/// The CPU paths are below; the CUDA paths (`--features cuda`) implement it too.
+/// The CPU paths are below; the CUDA paths (`--features cuda`) implement it too;
+/// `src/backend.rs` builds the right one for a device, path and cache layout.
 pub trait Decoder {
     /// Processes the prompt; returns the logits for the first new token, `[vocab]`.
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>>;
     /// Feeds the token just produced; returns the logits for the next one.
     fn step(&mut self, token: u32) -> Result<Vec<f32>>;
-    /// KV cache bytes (reserved, holding live positions).
-    fn kv_bytes(&self) -> (usize, usize);
+    /// KV cache bytes: reserved, and holding live positions.
+    fn kv_bytes(&self) -> KvBytes;
 }
 
 /// The naive path keeps the token ids, nothing else: every step is a prefill of
 /// the whole sequence. Step `t` costs about as much as a prompt of `t` tokens,
-/// and its attention is O(t²): O(N³) over a generation (the seed's §2.2).
+/// and its attention is O(t²): O(N³) over a generation (book: naive-vs-cached.md).
 pub struct Naive<'a> {
     pub model: &'a Model,
     pub seq: Vec<u32>,
@@ -49,14 +49,14 @@ impl Decoder for Naive<'_> {
         self.seq.push(token);
         self.model.forward(&self.seq, KvSource::ThisPass)
     }
-    fn kv_bytes(&self) -> (usize, usize) {
-        (0, 0)
+    fn kv_bytes(&self) -> KvBytes {
+        KvBytes::default()
     }
 }
 
 /// The cached path keeps every layer's K and V: each step runs one token.
-/// `C` is the cache layout: preallocated [`KvCache`] unless told otherwise (`src/cache/`).
-pub struct Cached<'a, C: KvStore = KvCache> {
+/// `C` is the cache layout: preallocated [`PreallocatedCache`] unless told otherwise (`src/cache/`).
+pub struct Cached<'a, C: KvStore = PreallocatedCache> {
     pub model: &'a Model,
     pub cache: C,
 }
@@ -69,57 +69,12 @@ impl<C: KvStore> Decoder for Cached<'_, C> {
         self.model
             .forward(&[token], KvSource::Cache(&mut self.cache))
     }
-    fn kv_bytes(&self) -> (usize, usize) {
-        (self.cache.bytes_reserved(), self.cache.bytes_used())
+    fn kv_bytes(&self) -> KvBytes {
+        KvBytes::of(&self.cache)
     }
 }
 
-/// The CPU decoder for `path`, sized for `prompt_len + max_new_tokens` positions.
-pub fn cpu_decoder<'a>(
-    model: &'a Model,
-    path: PathKind,
-    prompt_len: usize,
-    max_new_tokens: usize,
-) -> Box<dyn Decoder + 'a> {
-    match path {
-        PathKind::Naive => Box::new(Naive {
-            model,
-            seq: Vec::new(),
-        }),
-        // Reserve the whole request up front (the seed's §3.3).
-        PathKind::Cached => Box::new(Cached {
-            model,
-            cache: KvCache::new(&model.config, prompt_len + max_new_tokens),
-        }),
-    }
-}
 // ANCHOR_END: paths
-
-/// The CPU decoder for `path` with its cache in layout `layout` (see `src/cache/`);
-/// `block_size` is for the paged layouts. The naive path keeps no cache.
-pub fn cpu_decoder_with<'a>(
-    model: &'a Model,
-    path: PathKind,
-    layout: CacheKind,
-    block_size: usize,
-    prompt_len: usize,
-    max_new_tokens: usize,
-) -> Result<Box<dyn Decoder + 'a>> {
-    Ok(match (path, layout) {
-        (PathKind::Cached, CacheKind::Preallocated) | (PathKind::Naive, _) => {
-            cpu_decoder(model, path, prompt_len, max_new_tokens)
-        }
-        (PathKind::Cached, layout) => Box::new(Cached {
-            model,
-            cache: new_store(
-                &model.config,
-                layout,
-                prompt_len + max_new_tokens,
-                block_size,
-            )?,
-        }),
-    })
-}
 
 #[derive(Debug, Clone)]
 pub struct GenerateOptions {
@@ -160,7 +115,7 @@ pub struct Generation {
     pub kv_cache_bytes: usize,
     /// KV cache bytes holding live positions at the end.
     pub kv_cache_bytes_used: usize,
-    /// KV cache bytes holding live positions after each token (the seed's §4.2 trace).
+    /// KV cache bytes holding live positions after each token (`kvlab trace`, book: cache-layouts.md).
     pub token_kv_bytes_used: Vec<usize>,
     /// KV cache bytes reserved after each token: flat when preallocated, steps when
     /// growable, a staircase of blocks when paged (`kvlab trace`).
@@ -194,19 +149,6 @@ pub fn check_request(model: &Model, prompt: &[u32], max_new_tokens: usize) -> Re
     Ok(())
 }
 
-/// Generates up to `max_new_tokens` after `prompt` on the CPU, calling `on_token`
-/// with each token as soon as it is chosen (for streaming).
-pub fn generate(
-    model: &Model,
-    prompt: &[u32],
-    opts: &GenerateOptions,
-    on_token: impl FnMut(u32),
-) -> Result<Generation> {
-    check_request(model, prompt, opts.max_new_tokens)?;
-    let mut decoder = cpu_decoder(model, opts.path, prompt.len(), opts.max_new_tokens);
-    generate_with(decoder.as_mut(), prompt, opts, on_token)
-}
-
 // ANCHOR: generate
 /// The generation loop, for any decoder (CPU or GPU, naive or cached).
 pub fn generate_with(
@@ -230,8 +172,9 @@ pub fn generate_with(
     let logits = decoder.prefill(prompt)?;
     let mut token = sampler.sample(&logits);
     token_ms.push(start.elapsed().as_secs_f64() * 1e3);
-    token_kv_bytes_used.push(decoder.kv_bytes().1);
-    token_kv_bytes_reserved.push(decoder.kv_bytes().0);
+    let bytes = decoder.kv_bytes();
+    token_kv_bytes_used.push(bytes.used);
+    token_kv_bytes_reserved.push(bytes.reserved);
     generated.push(token);
     on_token(token);
 
@@ -249,8 +192,9 @@ pub fn generate_with(
         let logits = decoder.step(token)?;
         token = sampler.sample(&logits);
         token_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
-        token_kv_bytes_used.push(decoder.kv_bytes().1);
-        token_kv_bytes_reserved.push(decoder.kv_bytes().0);
+        let bytes = decoder.kv_bytes();
+        token_kv_bytes_used.push(bytes.used);
+        token_kv_bytes_reserved.push(bytes.reserved);
         generated.push(token);
         on_token(token);
     }
@@ -260,7 +204,10 @@ pub fn generate_with(
     let ttft_ms = token_ms[0];
     let decode_ms: f64 = token_ms[1..].iter().sum();
     let n_decode = token_ms.len() - 1;
-    let (kv_cache_bytes, kv_cache_bytes_used) = decoder.kv_bytes();
+    let KvBytes {
+        reserved: kv_cache_bytes,
+        used: kv_cache_bytes_used,
+    } = decoder.kv_bytes();
     Ok(Generation {
         path: opts.path,
         prompt_ids: prompt.to_vec(),

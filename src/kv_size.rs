@@ -1,4 +1,4 @@
-//! How much memory the KV cache needs (the seed's §3.1).
+//! How much memory the KV cache needs (book: kv-size.md).
 //!
 //! `bytes = 2 (K and V) × layers × kv_heads × head_dim × seq_len × bytes_per_value × batch`
 //!
@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 /// The numeric type of the cached values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KvDtype {
     F32,
@@ -62,3 +62,29 @@ impl KvShape {
     }
 }
 // ANCHOR_END: kv_size
+
+/// What `kvlab kv-size` reports: the shape, the length, and the bytes they need.
+#[derive(Debug, Clone, Serialize)]
+pub struct KvSizeReport {
+    pub shape: KvShape,
+    pub seq_len: usize,
+    pub batch: usize,
+    pub bytes_per_token: usize,
+    pub bytes: usize,
+    pub gib: f64,
+}
+
+impl KvShape {
+    /// The cache of `batch` sequences of `seq_len` tokens each, in this shape.
+    pub fn report(&self, seq_len: usize, batch: usize) -> KvSizeReport {
+        let bytes = self.bytes(seq_len, batch);
+        KvSizeReport {
+            shape: *self,
+            seq_len,
+            batch,
+            bytes_per_token: self.bytes_per_token(),
+            bytes,
+            gib: bytes as f64 / (1u64 << 30) as f64,
+        }
+    }
+}

@@ -1,15 +1,21 @@
 //! kvlab: a Llama-family transformer, twice — a naive path that recomputes the whole
 //! sequence for every token, and a KV-cached path — proven to give identical outputs.
 //!
-//! Reading order: [`ops`] (the kernels) → [`attention`] → [`kv_cache`] →
+//! Reading order: [`ops`] (the kernels) → [`attention`] → [`cache`] (where K and V
+//! live: [`cache::PreallocatedCache`] first, then growable, paged, prefix-shared) →
 //! [`model`] (the forward pass) → [`generate`] (the loop and its timings) →
-//! [`cache`] (where the cache lives: growable, paged, prefix-shared) → [`chat`].
+//! [`backend`] (which decoder runs where) → [`chat`]. The experiments that measure all
+//! this are in [`lab`].
+//!
+//! **The library computes and returns `Serialize` reports; the binary prints.** Nothing
+//! under `src/` outside `src/bin/` parses command lines or writes tables: the `kvlab`
+//! binary (`src/bin/kvlab/`) turns arguments into calls, and each report into a text
+//! table or, with `--json`, into JSON.
 
 pub mod attention;
-pub mod bench;
+pub mod backend;
 pub mod cache;
 pub mod chat;
-pub mod compare;
 pub mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -17,8 +23,8 @@ pub mod device;
 pub mod error;
 pub mod generate;
 pub mod gguf;
-pub mod kv_cache;
 pub mod kv_size;
+pub mod lab;
 pub mod loader;
 pub mod model;
 pub mod ops;

@@ -73,7 +73,7 @@ pub enum KvSource<'a> {
     /// K and V it just computed *are* all the keys and values there are.
     ThisPass,
     /// Cached: append this pass's K and V to the cache, then attend over all of it.
-    /// Any layout will do (`&mut KvCache` converts to this): see `src/cache/`.
+    /// Any layout will do (`&mut PreallocatedCache` converts to this): see `src/cache/`.
     Cache(&'a mut dyn KvStore),
 }
 // ANCHOR_END: kv_source
@@ -85,14 +85,6 @@ fn s<D: ndarray::Dimension>(a: &ndarray::Array<f32, D>) -> &[f32] {
 }
 
 impl Model {
-    pub fn heads(&self) -> Heads {
-        Heads {
-            n_heads: self.config.num_attention_heads,
-            n_kv_heads: self.config.n_kv_heads(),
-            head_dim: self.config.head_dim(),
-        }
-    }
-
     // ANCHOR: forward
     /// Runs `tokens`, which sit at positions `start_pos..start_pos + tokens.len()`,
     /// through every layer, and returns the logits of the **last** token, `[vocab]`.
@@ -110,7 +102,7 @@ impl Model {
     pub fn forward_hidden(&self, tokens: &[u32], kv: &mut KvSource) -> Result<Array2<f32>> {
         let c = &self.config;
         let (dim, n) = (c.hidden_size, tokens.len());
-        let heads = self.heads();
+        let heads = Heads::of(&self.config);
         let (q_dim, kv_dim) = (
             heads.n_heads * heads.head_dim,
             heads.n_kv_heads * heads.head_dim,

@@ -6,10 +6,10 @@ mod common;
 
 use common::{bits, tiny_config};
 use kvlab::cache::paged::PoolStats;
+use kvlab::cache::PreallocatedCache;
 use kvlab::cache::{new_store, CacheKind, GrowableCache, KvStore, PagedCache, PagedSeq, SeqId};
 use kvlab::chat::ChatSession;
 use kvlab::generate::{generate, GenerateOptions, PathKind};
-use kvlab::kv_cache::KvCache;
 use kvlab::model::KvSource;
 use kvlab::sampler::SamplerConfig;
 use kvlab::{Config, Error, Model};
@@ -87,7 +87,7 @@ proptest! {
     ) {
         let model = Model::random(config, seed).unwrap();
         let capacity = prompt.len() + continuation.len();
-        let mut reference = KvCache::new(&model.config, capacity);
+        let mut reference = PreallocatedCache::new(&model.config, capacity).unwrap();
         let want = bits(&step_logits(&model, &mut reference, &prompt, &continuation));
         for kind in CacheKind::ALL {
             let mut cache = new_store(&model.config, kind, capacity, block_size).unwrap();
@@ -110,7 +110,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let model = Model::random(config, seed).unwrap();
-        let mut one_shot = KvCache::new(&model.config, prompt.len());
+        let mut one_shot = PreallocatedCache::new(&model.config, prompt.len()).unwrap();
         let want: Vec<u32> = model
             .forward_hidden(&prompt, &mut KvSource::Cache(&mut one_shot))
             .unwrap()
@@ -171,7 +171,7 @@ fn op_strategy(vocab: usize) -> impl Strategy<Value = Op> {
 /// that has seen the same tokens.
 struct Live {
     id: SeqId,
-    reference: KvCache,
+    reference: PreallocatedCache,
 }
 
 /// Runs `ops` on one paged cache and checks, after every operation: logits equal to
@@ -206,7 +206,7 @@ fn run_interleaving(
                 prompt.extend(tail);
                 let (id, reused) = cache.add_sequence_with_prefix(&prompt);
                 prop_assert!(reused < prompt.len() && reused % block_size == 0);
-                let mut reference = KvCache::new(&model.config, max_len);
+                let mut reference = PreallocatedCache::new(&model.config, max_len).unwrap();
                 let want = model
                     .forward(&prompt, KvSource::Cache(&mut reference))
                     .unwrap();
@@ -307,7 +307,7 @@ fn run_interleaving(
 }
 
 fn cache_block_bytes(config: &Config, block_size: usize) -> usize {
-    kvlab::cache::block_pool::BlockPool::block_bytes(config, block_size)
+    kvlab::cache::paged::BlockPool::block_bytes(config, block_size)
 }
 
 proptest! {
@@ -377,7 +377,7 @@ fn a_pool_that_runs_out_says_so_and_keeps_the_others() {
     assert_eq!(cache.block_table(b), Some(&[][..]));
     cache.check_invariants().unwrap();
     // a is intact: its next token still equals the preallocated cache's.
-    let mut reference = KvCache::new(&model.config, 11);
+    let mut reference = PreallocatedCache::new(&model.config, 11).unwrap();
     let want = model
         .forward(&prompt_a, KvSource::Cache(&mut reference))
         .unwrap();
@@ -690,7 +690,7 @@ fn bad_pool_sizes_are_errors() {
 /// the same on every machine and Rust version, and the same as exercise 14's.
 #[test]
 fn block_names_are_fnv1a_and_chain() {
-    use kvlab::cache::prefix::block_hash;
+    use kvlab::cache::paged::prefix::block_hash;
     let first = block_hash(None, &[0, 1, 2, 3]);
     assert_eq!(first, 0xfab1_3f66_63ec_005f);
     assert_eq!(

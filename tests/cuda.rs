@@ -18,6 +18,7 @@
 
 use half::bf16;
 use kvlab::attention::{attention_over, causal_attention, Heads, Paged};
+use kvlab::cache::PreallocatedCache;
 use kvlab::compare::compare_with;
 use kvlab::cuda::gpu::probe_device;
 use kvlab::cuda::weights::{GpuMatrix, RopeTables};
@@ -27,7 +28,6 @@ use kvlab::cuda::{
 use kvlab::device::{Backend, Device, GpuDtype};
 use kvlab::error::Error;
 use kvlab::generate::{generate, GenerateOptions, PathKind};
-use kvlab::kv_cache::KvCache;
 use kvlab::model::KvSource;
 use kvlab::rng::Rng;
 use kvlab::sampler::SamplerConfig;
@@ -278,7 +278,8 @@ fn gpu_naive_logits(gm: &GpuModel, prompt: &[u32], continuation: &[u32]) -> Vec<
 
 /// The CPU's cached-path logits for the same steps.
 fn cpu_cached_logits(model: &Model, prompt: &[u32], continuation: &[u32]) -> Vec<Vec<f32>> {
-    let mut cache = KvCache::new(&model.config, prompt.len() + continuation.len());
+    let mut cache =
+        PreallocatedCache::new(&model.config, prompt.len() + continuation.len()).unwrap();
     let mut all = vec![model.forward(prompt, KvSource::Cache(&mut cache)).unwrap()];
     for &t in continuation {
         all.push(model.forward(&[t], KvSource::Cache(&mut cache)).unwrap());
@@ -1112,7 +1113,7 @@ fn gpu_kv_append_matches_cpu() {
     // A copy: bitwise equal to the CPU cache, layer by layer, after a prefill and steps.
     let config = small_config(3, 4, 2, 6, 24, 50, 10, false, true);
     let (capacity, kv_dim) = (10, 2 * 6);
-    let mut cpu = KvCache::new(&config, capacity);
+    let mut cpu = PreallocatedCache::new(&config, capacity).unwrap();
     let mut dev = GpuKvCache::new(&gpu, &config, capacity).unwrap();
     for (step, n) in [4, 1, 5].into_iter().enumerate() {
         for layer in 0..3 {

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{bits, cached_step_logits, naive_step_logits, tiny_config};
-use kvlab::kv_cache::KvCache;
+use kvlab::cache::PreallocatedCache;
 use kvlab::model::Model;
 use ndarray::{concatenate, Array1, Array2, Axis};
 
@@ -76,8 +76,13 @@ fn mha_with_repeated_kv_heads_equals_gqa() {
         // ...while the GQA cache is kv_mul times smaller.
         let kv_mul = n_heads / n_kv_heads;
         assert_eq!(
-            KvCache::new(&mha.config, 10).bytes_allocated(),
-            kv_mul * KvCache::new(&gqa.config, 10).bytes_allocated()
+            PreallocatedCache::new(&mha.config, 10)
+                .unwrap()
+                .bytes_allocated(),
+            kv_mul
+                * PreallocatedCache::new(&gqa.config, 10)
+                    .unwrap()
+                    .bytes_allocated()
         );
     }
 }

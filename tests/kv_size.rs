@@ -2,7 +2,7 @@
 
 mod common;
 
-use kvlab::kv_cache::KvCache;
+use kvlab::cache::PreallocatedCache;
 use kvlab::kv_size::{KvDtype, KvShape};
 use kvlab::model::KvSource;
 use kvlab::{Config, Error, Model};
@@ -50,7 +50,7 @@ fn formula_equals_the_real_allocation() {
         (common::tiny_config(2, 6, 2, 8, 64), 37),
         (common::tiny_config(3, 4, 1, 16, 64), 5),
     ] {
-        let cache = KvCache::new(&config, capacity);
+        let cache = PreallocatedCache::new(&config, capacity).unwrap();
         let shape = KvShape {
             layers: config.num_hidden_layers,
             kv_heads: config.n_kv_heads(),
@@ -65,7 +65,7 @@ fn formula_equals_the_real_allocation() {
 fn used_bytes_follow_the_tokens() {
     let config = common::tiny_config(2, 4, 2, 8, 64);
     let model = Model::random(config.clone(), 1).unwrap();
-    let mut cache = KvCache::new(&config, 10);
+    let mut cache = PreallocatedCache::new(&config, 10).unwrap();
     let per_token = 2 * 2 * 2 * 8 * 4;
     model
         .forward(&[1, 2, 3], KvSource::Cache(&mut cache))
@@ -80,7 +80,7 @@ fn used_bytes_follow_the_tokens() {
 fn a_full_cache_is_an_error_and_stays_intact() {
     let config = common::tiny_config(2, 4, 2, 8, 64);
     let model = Model::random(config.clone(), 1).unwrap();
-    let mut cache = KvCache::new(&config, 4);
+    let mut cache = PreallocatedCache::new(&config, 4).unwrap();
     let logits = model
         .forward(&[1, 2, 3], KvSource::Cache(&mut cache))
         .unwrap();

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{bits, cached_step_logits, naive_step_logits, tiny_config};
+use kvlab::cache::PreallocatedCache;
 use kvlab::generate::{generate, GenerateOptions, PathKind};
-use kvlab::kv_cache::KvCache;
 use kvlab::model::KvSource;
 use kvlab::sampler::SamplerConfig;
 use kvlab::{Config, Model};
@@ -99,10 +99,10 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let model = Model::random(config, seed).unwrap();
-        let mut one_shot_cache = KvCache::new(&model.config, prompt.len());
+        let mut one_shot_cache = PreallocatedCache::new(&model.config, prompt.len()).unwrap();
         let hidden_one_shot = model.forward_hidden(&prompt, &mut KvSource::Cache(&mut one_shot_cache)).unwrap();
 
-        let mut cache = KvCache::new(&model.config, prompt.len());
+        let mut cache = PreallocatedCache::new(&model.config, prompt.len()).unwrap();
         let mut rows = Vec::new();
         let mut start = 0;
         let mut cuts = cuts.into_iter().cycle();

@@ -82,7 +82,8 @@ fn greedy_tokens_and_top5_logits_match_transformers() {
         );
 
         // Top-5 logits of the first steps, teacher-forced on the reference tokens.
-        let mut cache = kvlab::kv_cache::KvCache::new(&model.config, prompt.len() + 8);
+        let mut cache =
+            kvlab::cache::PreallocatedCache::new(&model.config, prompt.len() + 8).unwrap();
         let mut logits = model.forward(&prompt, KvSource::Cache(&mut cache)).unwrap();
         for (step, top5) in case["top5_logits_first_4_steps"]
             .as_array()

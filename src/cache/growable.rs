@@ -18,7 +18,7 @@
 //! so each layer's rows stay contiguous for attention; `capacity` changes on growth.
 
 use crate::attention::{Contiguous, KvView};
-use crate::cache::KvStore;
+use crate::cache::{zeroed_buffer, KvStore};
 use crate::config::Config;
 use crate::error::{Error, Result};
 
@@ -49,10 +49,11 @@ impl GrowableCache {
     pub fn new(config: &Config, initial_capacity: usize) -> Result<GrowableCache> {
         let kv_dim = config.n_kv_heads() * config.head_dim();
         let n_layers = config.num_hidden_layers;
-        let size = n_layers * initial_capacity * kv_dim;
+        let k_cache = zeroed(n_layers, initial_capacity, kv_dim)?;
+        let size = k_cache.len();
         let cache = GrowableCache {
-            k_cache: zeroed(size)?,
-            v_cache: zeroed(size)?,
+            v_cache: zeroed(n_layers, initial_capacity, kv_dim)?,
+            k_cache,
             n_layers,
             kv_dim,
             capacity: initial_capacity,
@@ -74,8 +75,8 @@ impl GrowableCache {
     /// floats of copying, and old + new bytes at the peak.
     fn grow(&mut self, new_capacity: usize) -> Result<()> {
         let row = self.kv_dim;
-        let size = self.n_layers * new_capacity * row;
-        let (mut k_new, mut v_new) = (zeroed(size)?, zeroed(size)?);
+        let mut k_new = zeroed(self.n_layers, new_capacity, row)?;
+        let mut v_new = zeroed(self.n_layers, new_capacity, row)?;
         for layer in 0..self.n_layers {
             let from = layer * self.capacity * row..(layer * self.capacity + self.len) * row;
             let to = layer * new_capacity * row;
@@ -94,14 +95,9 @@ impl GrowableCache {
     // ANCHOR_END: grow
 }
 
-/// A zeroed buffer, or a clear error when the allocator says no (instead of an abort).
-fn zeroed(len: usize) -> Result<Vec<f32>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::CacheAlloc {
-        bytes: len * size_of::<f32>(),
-    })?;
-    v.resize(len, 0.0);
-    Ok(v)
+/// A zeroed `[n_layers, capacity, kv_dim]` buffer, or a clear error (instead of an abort).
+fn zeroed(n_layers: usize, capacity: usize, kv_dim: usize) -> Result<Vec<f32>> {
+    zeroed_buffer("the growable KV cache", &[n_layers, capacity, kv_dim])
 }
 
 impl KvStore for GrowableCache {
@@ -120,7 +116,13 @@ impl KvStore for GrowableCache {
 
     fn write(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
         let n = k.len() / self.kv_dim;
-        if self.len + n > self.capacity || layer >= self.n_layers {
+        if layer >= self.n_layers {
+            return Err(Error::Internal(format!(
+                "layer {layer} written in a cache of {} layers",
+                self.n_layers
+            )));
+        }
+        if self.len + n > self.capacity {
             return Err(Error::CacheFull {
                 capacity: self.capacity,
                 used: self.len,

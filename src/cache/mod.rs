@@ -1,4 +1,4 @@
-//! Where the KV cache lives: one interface, four layouts (the seed's §3.3, §3.4, §4.2).
+//! Where the KV cache lives: one interface, four layouts (book: cache-layouts.md, paged-attention.md, prefix-caching.md).
 //!
 //! The model's cached path only needs a handful of verbs from a cache ([`KvStore`]):
 //! how many positions it holds, make room for the next tokens, write one layer's K
@@ -7,10 +7,10 @@
 //!
 //! | layout | file | reserves | a new token costs |
 //! |---|---|---|---|
-//! | preallocated | `src/kv_cache.rs` | prompt + max_new_tokens, up front | a copy of one row |
+//! | preallocated | [`preallocated`] | prompt + max_new_tokens, up front | a copy of one row |
 //! | growable | [`growable`] | what is stored, doubled when full | a row, and now and then a copy of *everything* |
-//! | paged | [`paged`] + [`paged_seq`] + [`block_pool`] | whole blocks of `block_size` positions, on demand | a row, and a block every `block_size` tokens |
-//! | prefix | [`paged`] + [`prefix`] | blocks, shared between sequences with the same prefix | the same, minus what another request computed |
+//! | paged | [`paged`] (+ `seq`, `block_pool`, `invariants`) | whole blocks of `block_size` positions, on demand | a row, and a block every `block_size` tokens |
+//! | prefix | [`paged`] + `paged/prefix.rs` | blocks, shared between sequences with the same prefix | the same, minus what another request computed |
 //!
 //! All four give bitwise-identical logits (`tests/caches.rs`): attention does the same
 //! arithmetic whatever the layout; only the address of row `j` differs
@@ -20,26 +20,18 @@
 //! positions; the difference is the waste the chapters "Cache layouts" and
 //! "Capacity" measure.
 
-pub mod bench;
-pub mod block_pool;
-pub mod capacity;
 pub mod growable;
 pub mod paged;
-pub mod paged_seq;
-pub mod prefix;
-pub mod shared_prompt;
-pub mod svg;
-pub mod trace;
+pub mod preallocated;
 
 use crate::attention::KvView;
 use crate::config::Config;
-use crate::error::Result;
-use crate::kv_cache::KvCache;
+use crate::error::{Error, Result};
 use serde::Serialize;
 
 pub use growable::GrowableCache;
-pub use paged::{PagedCache, SeqId};
-pub use paged_seq::PagedSeq;
+pub use paged::{PagedCache, PagedSeq, SeqId};
+pub use preallocated::PreallocatedCache;
 
 /// Positions per block when none is given: vLLM's default on GPUs (Kwon et al. 2023
 /// found 16-32 a good trade between waste in the last block and gather overhead).
@@ -118,7 +110,7 @@ impl<S: KvStore + ?Sized> KvStore for Box<S> {
 }
 
 /// Which layout the cached path keeps its K and V in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheKind {
     /// Contiguous, reserved for prompt + max_new_tokens before the first token.
@@ -150,6 +142,25 @@ impl CacheKind {
     }
 }
 
+/// A cache's bytes: what it holds for itself, and what of that holds live positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct KvBytes {
+    /// Bytes this cache keeps for itself: what another request cannot use.
+    pub reserved: usize,
+    /// Bytes holding live positions.
+    pub used: usize,
+}
+
+impl KvBytes {
+    /// The bytes of `store` now.
+    pub fn of(store: &(impl KvStore + ?Sized)) -> KvBytes {
+        KvBytes {
+            reserved: store.bytes_reserved(),
+            used: store.bytes_used(),
+        }
+    }
+}
+
 /// A cache of layout `kind` for one sequence of up to `capacity` positions.
 ///
 /// Preallocated reserves all of `capacity` now; growable starts at
@@ -162,7 +173,7 @@ pub fn new_store(
     block_size: usize,
 ) -> Result<Box<dyn KvStore>> {
     Ok(match kind {
-        CacheKind::Preallocated => Box::new(KvCache::new(config, capacity)),
+        CacheKind::Preallocated => Box::new(PreallocatedCache::new(config, capacity)?),
         CacheKind::Growable => Box::new(GrowableCache::new(config, growable::INITIAL_CAPACITY)?),
         CacheKind::Paged | CacheKind::Prefix => Box::new(PagedSeq::single(
             config,
@@ -176,4 +187,25 @@ pub fn new_store(
 /// Bytes of one position (K and V, every layer) in kvlab's f32 caches.
 pub fn bytes_per_token(config: &Config) -> usize {
     crate::kv_size::KvShape::of(config, crate::kv_size::KvDtype::F32).bytes_per_token()
+}
+
+/// A zeroed f32 buffer of `dims` (multiplied, checked), or [`Error::OutOfMemory`] naming
+/// `what` when the size overflows or the allocator says no: every cache layout allocates
+/// through here, so the largest reservation fails with a message instead of an abort.
+pub(crate) fn zeroed_buffer(what: &'static str, dims: &[usize]) -> Result<Vec<f32>> {
+    let too_big = || Error::OutOfMemory {
+        what,
+        bytes: dims
+            .iter()
+            .fold(size_of::<f32>(), |a, &d| a.saturating_mul(d)),
+    };
+    let len = dims
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|len| len.checked_mul(size_of::<f32>()).is_some())
+        .ok_or_else(too_big)?;
+    let mut buffer = Vec::new();
+    buffer.try_reserve_exact(len).map_err(|_| too_big())?;
+    buffer.resize(len, 0.0);
+    Ok(buffer)
 }

@@ -4,6 +4,7 @@
 use super::forward::{GpuKvSource, RunState};
 use super::kv_cache::GpuKvCache;
 use super::GpuModel;
+use crate::cache::KvBytes;
 use crate::error::Result;
 use crate::generate::Decoder;
 
@@ -25,8 +26,8 @@ impl Decoder for GpuNaive<'_> {
         self.model
             .forward_logits(&self.seq, GpuKvSource::ThisPass, &mut self.state)
     }
-    fn kv_bytes(&self) -> (usize, usize) {
-        (0, 0)
+    fn kv_bytes(&self) -> KvBytes {
+        KvBytes::default()
     }
 }
 
@@ -67,7 +68,10 @@ impl Decoder for GpuCached<'_> {
             &mut self.state,
         )
     }
-    fn kv_bytes(&self) -> (usize, usize) {
-        (self.cache.bytes_allocated(), self.cache.bytes_used())
+    fn kv_bytes(&self) -> KvBytes {
+        KvBytes {
+            reserved: self.cache.bytes_allocated(),
+            used: self.cache.bytes_used(),
+        }
     }
 }

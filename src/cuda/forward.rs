@@ -83,21 +83,13 @@ impl RunState {
 }
 
 impl GpuModel {
-    pub fn heads(&self) -> Heads {
-        Heads {
-            n_heads: self.config.num_attention_heads,
-            n_kv_heads: self.config.n_kv_heads(),
-            head_dim: self.config.head_dim(),
-        }
-    }
-
     // ANCHOR: forward
     /// Runs `tokens` (positions `start_pos..start_pos + n`) through every layer and leaves the
     /// **last** token's logits in `st.logits`, on the GPU. Mirrors `Model::forward`.
     pub fn forward(&self, tokens: &[u32], mut kv: GpuKvSource, st: &mut RunState) -> Result<()> {
         let (gpu, w, c) = (&*self.gpu, &self.weights, &self.config);
         let (dim, hidden, n) = (c.hidden_size, c.intermediate_size, tokens.len());
-        let heads = self.heads();
+        let heads = Heads::of(&self.config);
         let kv_dim = heads.n_kv_heads * heads.head_dim;
         let (mm, attn_version) = (self.matmul, self.attention);
         if n == 0 {

@@ -1,4 +1,4 @@
-//! The KV cache in GPU memory: the CPU's [`crate::kv_cache::KvCache`], same layout, same verbs.
+//! The KV cache in GPU memory: the CPU's [`crate::cache::PreallocatedCache`], same layout, same verbs.
 //!
 //! `[n_layers, capacity, n_kv_heads, head_dim]` for K and again for V, f32, allocated once for
 //! the whole request (prompt + max_new_tokens positions). Values stay f32 even with bf16

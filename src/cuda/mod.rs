@@ -7,10 +7,11 @@
 //! - [`gpu`] — opening the GPU, and the checks that make "no GPU here" an error, not a crash;
 //! - [`ops`] — one safe Rust function per kernel launch (src/ops.rs on the GPU);
 //! - [`weights`] — the model uploaded once, in f32 or bf16;
-//! - [`kv_cache`] — the KV cache in GPU memory (src/kv_cache.rs);
+//! - [`kv_cache`] — the KV cache in GPU memory (src/cache/preallocated.rs);
 //! - [`forward`] — the forward pass (src/model.rs), naive and cached;
-//! - [`decoder`] — the two paths behind the generation loop's `Decoder` trait;
-//! - [`bench`] — prefill and decode speed against the memory-bandwidth roofline.
+//! - [`decoder`] — the two paths behind the generation loop's `Decoder` trait
+//!   (`src/backend.rs` picks one; `src/lab/gpu_bench.rs` measures them against the
+//!   memory-bandwidth roofline, `kvlab bench --device cuda`).
 //!
 //! What the GPU changes, and what it does not: the arithmetic is the CPU's (f32 sums, the
 //! same RoPE tables, the same softmax; the matmuls even run the CPU's exact chain of fused
@@ -20,7 +21,6 @@
 //! cached paths they *are* bitwise equal, for the reason the CPU's are: every kernel is
 //! row-independent (see kernels/matmul.cu).
 
-pub mod bench;
 pub mod decoder;
 pub mod forward;
 pub mod gpu;
@@ -39,13 +39,12 @@ pub use weights::GpuWeights;
 use crate::config::Config;
 use crate::device::GpuDtype;
 use crate::error::Result;
-use crate::generate::{Decoder, PathKind};
 use crate::model::Model;
 use std::sync::Arc;
 
 /// A model uploaded to the GPU, with its kernels compiled: what `--device cuda` runs.
 ///
-/// (Config and weights are boxed so that `device::Backend`, an enum that holds either a
+/// (Config and weights are boxed so that `backend::Backend`, an enum that holds either a
 /// `&Model` or a `GpuModel`, stays small instead of as big as every buffer handle it holds.)
 pub struct GpuModel {
     pub(crate) gpu: Arc<Gpu>,
@@ -91,14 +90,6 @@ impl GpuModel {
         &self.gpu
     }
 
-    /// A fresh decoder for one request; `capacity` = prompt + max_new_tokens positions.
-    pub fn decoder(&self, path: PathKind, capacity: usize) -> Result<Box<dyn Decoder + '_>> {
-        Ok(match path {
-            PathKind::Naive => Box::new(self.naive_decoder(capacity)?),
-            PathKind::Cached => Box::new(self.cached_decoder(capacity)?),
-        })
-    }
-
     /// The naive path, with buffers for a sequence of up to `capacity` tokens.
     pub fn naive_decoder(&self, capacity: usize) -> Result<GpuNaive<'_>> {
         Ok(GpuNaive {
@@ -119,10 +110,7 @@ impl GpuModel {
 
     /// E.g. `cuda: NVIDIA H200 (sm_90, driver 13.0, NVRTC 13.0, PTX compute_90), weights bf16, kernels matmul v2, attention v2`.
     pub fn describe(&self) -> String {
-        let dtype = match self.dtype {
-            GpuDtype::F32 => "f32",
-            GpuDtype::Bf16 => "bf16",
-        };
+        let dtype = self.dtype.name();
         let version = |v2: bool| if v2 { "v2" } else { "v1" };
         format!(
             "cuda: {}, weights {dtype}, kernels matmul {}, attention {}",

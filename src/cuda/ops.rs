@@ -277,7 +277,7 @@ impl Gpu {
     // ANCHOR: kv_append
     /// Writes the keys and values of `n` new positions (`k`, `v`: `[n, kv_dim]`, so
     /// `n = k.len() / kv_dim`) into layer `layer` of the caches (`[n_layers, capacity, kv_dim]`)
-    /// at rows `start_pos..start_pos + n`. CPU twin: `KvCache::write`.
+    /// at rows `start_pos..start_pos + n`. CPU twin: `PreallocatedCache::write`.
     #[allow(clippy::too_many_arguments)]
     pub fn kv_append(
         &self,

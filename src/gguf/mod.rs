@@ -53,21 +53,6 @@ impl OutDtype {
     }
 }
 
-impl std::str::FromStr for OutDtype {
-    type Err = Error;
-
-    /// Parses `f32`/`float32` or `bf16`/`bfloat16` (for the CLI's `--dtype`).
-    fn from_str(s: &str) -> Result<OutDtype> {
-        match s.to_ascii_lowercase().as_str() {
-            "f32" | "float32" => Ok(OutDtype::F32),
-            "bf16" | "bfloat16" => Ok(OutDtype::Bf16),
-            _ => Err(Error::InvalidArgument(format!(
-                "dtype `{s}`: expected f32 or bf16"
-            ))),
-        }
-    }
-}
-
 /// What `import_gguf` did.
 #[derive(Debug, Clone)]
 pub struct ImportReport {

@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use kvlab::kv_cache::KvCache;
+use kvlab::cache::PreallocatedCache;
 use kvlab::model::KvSource;
 use kvlab::{Config, Model};
 
@@ -30,7 +30,8 @@ pub fn tiny_config(
 /// Logits after each prefix `prompt + continuation[..i]`, i = 0..=len, on the cached path:
 /// one prefill, then one token per step.
 pub fn cached_step_logits(model: &Model, prompt: &[u32], continuation: &[u32]) -> Vec<Vec<f32>> {
-    let mut cache = KvCache::new(&model.config, prompt.len() + continuation.len());
+    let mut cache =
+        PreallocatedCache::new(&model.config, prompt.len() + continuation.len()).unwrap();
     let mut all = vec![model.forward(prompt, KvSource::Cache(&mut cache)).unwrap()];
     for &t in continuation {
         all.push(model.forward(&[t], KvSource::Cache(&mut cache)).unwrap());

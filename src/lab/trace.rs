@@ -1,4 +1,4 @@
-//! `kvlab trace`: watch the cache's memory token by token, in every layout (the seed's §4.2).
+//! `kvlab trace`: watch the cache's memory token by token, in every layout (book: cache-layouts.md).
 //!
 //! The same request runs once per layout. After each token the trace records what the
 //! cache reserves, what holds live positions, and how long the step took. Drawn side by
@@ -8,7 +8,8 @@
 //! - paged: a staircase of blocks that hugs the used line, never more than a block above.
 
 use super::svg::{self, Panel, Series};
-use super::{bytes_per_token, new_store, CacheKind, KvStore};
+use super::timing::ms_since;
+use crate::cache::{bytes_per_token, new_store, CacheKind, KvBytes, KvStore};
 use crate::error::Result;
 use crate::generate::{generate_with, Cached, Decoder, GenerateOptions};
 use crate::model::Model;
@@ -59,16 +60,16 @@ impl Decoder for Recording<'_> {
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
         let t = Instant::now();
         let logits = self.inner.prefill(prompt)?;
-        self.record(t.elapsed().as_secs_f64() * 1e3);
+        self.record(ms_since(t));
         Ok(logits)
     }
     fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         let t = Instant::now();
         let logits = self.inner.step(token)?;
-        self.record(t.elapsed().as_secs_f64() * 1e3);
+        self.record(ms_since(t));
         Ok(logits)
     }
-    fn kv_bytes(&self) -> (usize, usize) {
+    fn kv_bytes(&self) -> KvBytes {
         self.inner.kv_bytes()
     }
 }

@@ -14,8 +14,7 @@
 //! allocation in `tests/kv_size.rs`), with paging by running the real block allocator
 //! ([`PagedCache::counting_only`]) at every request's peak length.
 
-use super::paged::PagedCache;
-use super::{bytes_per_token, KvStore};
+use crate::cache::{bytes_per_token, KvStore, PagedCache};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::rng::Rng;

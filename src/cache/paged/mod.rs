@@ -15,20 +15,30 @@
 //!                                   copies it to a free block (copy-on-write, §4.4)
 //! ```
 //!
-//! With prefix caching on ([`super::prefix`]), full blocks are also named by their
+//! With prefix caching on ([`prefix`]), full blocks are also named by their
 //! tokens, and a new sequence starts with the blocks of its longest cached prefix.
 //!
-//! One sequence seen through the [`super::KvStore`] verbs, so the model runs on it
-//! unchanged, is in [`super::paged_seq`]; attention reads through the block table
-//! ([`crate::attention::Paged`]).
+//! This file: the pool's sequences, then the write path (`prepare_seq` → `write_seq` →
+//! `advance_seq`, `truncate_seq`), which [`PagedSeq`] (`seq.rs`) exposes as the
+//! [`crate::cache::KvStore`] verbs so the model runs on it unchanged; attention reads
+//! through the block table ([`crate::attention::Paged`]). The allocator's invariants,
+//! checked by the property tests, are in `invariants.rs`; the block memory in
+//! [`block_pool`]. Book: paged-attention.md, prefix-caching.md.
 
-use super::block_pool::{BlockId, BlockPool};
-use super::paged_seq::PagedSeq;
-use super::prefix::PrefixIndex;
+pub mod block_pool;
+mod invariants;
+pub mod prefix;
+mod seq;
+
+pub use block_pool::{BlockId, BlockPool};
+pub use seq::PagedSeq;
+
+use crate::attention::{KvView, Paged};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use prefix::PrefixIndex;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
 /// A sequence in a [`PagedCache`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -37,30 +47,30 @@ pub struct SeqId(pub u64);
 // ANCHOR: block_table
 /// One sequence's share of the pool.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Sequence {
+struct Sequence {
     /// The block table: `blocks[i]` holds positions `i * block_size..(i + 1) * block_size`.
-    pub(super) blocks: Vec<BlockId>,
+    blocks: Vec<BlockId>,
     /// Positions stored.
-    pub(super) len: usize,
+    len: usize,
     /// Token ids of positions `0..len`: a prefix cache names full blocks by them.
-    pub(super) tokens: Vec<u32>,
+    tokens: Vec<u32>,
     /// Ids prepared for the forward pass in flight, stored at `advance`.
-    pub(super) pending: Vec<u32>,
+    pending: Vec<u32>,
     /// Names of full blocks `0..hashes.len()` (prefix caching only).
-    pub(super) hashes: Vec<u64>,
+    hashes: Vec<u64>,
 }
 // ANCHOR_END: block_table
 
 /// A block pool shared by many sequences, each with its block table.
 pub struct PagedCache {
-    pub(super) pool: BlockPool,
+    pool: BlockPool,
     /// `Some` when prefix caching is on.
-    pub(super) prefix: Option<PrefixIndex>,
-    pub(super) seqs: BTreeMap<SeqId, Sequence>,
+    prefix: Option<PrefixIndex>,
+    seqs: BTreeMap<SeqId, Sequence>,
     next_id: u64,
-    pub(super) kv_dim: usize,
-    pub(super) block_bytes: usize,
-    pub(super) token_bytes: usize,
+    kv_dim: usize,
+    block_bytes: usize,
+    token_bytes: usize,
     /// Copy-on-write copies of shared partial blocks, and their bytes.
     pub cow_copies: usize,
     pub bytes_copied: usize,
@@ -119,7 +129,7 @@ impl PagedCache {
             next_id: 0,
             kv_dim: config.n_kv_heads() * config.head_dim(),
             block_bytes: BlockPool::block_bytes(config, block_size),
-            token_bytes: super::bytes_per_token(config),
+            token_bytes: crate::cache::bytes_per_token(config),
             cow_copies: 0,
             bytes_copied: 0,
         }
@@ -271,12 +281,12 @@ impl PagedCache {
         self.seqs.keys().copied()
     }
 
-    pub(super) fn get(&self, id: SeqId) -> Result<&Sequence> {
+    fn get(&self, id: SeqId) -> Result<&Sequence> {
         self.seqs.get(&id).ok_or_else(|| unknown(id))
     }
 
     /// A block for a sequence: from the free list, else the least recently used parked one.
-    pub(super) fn take_block(&mut self) -> Option<BlockId> {
+    fn take_block(&mut self) -> Option<BlockId> {
         if let Some(b) = self.pool.pop_free() {
             return Some(b);
         }
@@ -285,7 +295,7 @@ impl PagedCache {
         Some(b)
     }
 
-    pub(super) fn release_block(&mut self, b: BlockId) {
+    fn release_block(&mut self, b: BlockId) {
         if self.pool.release(b) > 0 {
             return;
         }
@@ -295,7 +305,7 @@ impl PagedCache {
         }
     }
 
-    pub(super) fn budget_error(&self, needed: usize) -> Error {
+    fn budget_error(&self, needed: usize) -> Error {
         Error::BlockBudgetExhausted {
             budget_bytes: self.pool.n_blocks() * self.block_bytes,
             n_blocks: self.pool.n_blocks(),
@@ -304,94 +314,129 @@ impl PagedCache {
             needed,
         }
     }
+}
 
-    // ANCHOR: invariants
-    /// The allocator's invariants, checked by the property tests after every operation:
-    /// 1. a block's reference count is the number of block tables that hold it;
-    /// 2. a block nobody holds is on the free list or parked, never both;
-    /// 3. free + used + cached = pool size;
-    /// 4. every name points at a block that carries it, and parked blocks are named;
-    /// 5. between passes, a sequence holds exactly `ceil(len / block_size)` blocks
-    ///    (waste < one block) and its named blocks hold its own tokens.
-    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+/// The write path: what one forward pass does to a sequence, verb by verb
+/// (called through [`PagedSeq`]'s [`crate::cache::KvStore`] impl).
+impl PagedCache {
+    // ANCHOR: paged_prepare
+    /// Makes room in `id` for `tokens`: a new block for each block boundary crossed, and
+    /// a private copy of the block being written into if it is shared or named. All or
+    /// nothing: when the pool cannot give every block, nothing changes.
+    fn prepare_seq(&mut self, id: SeqId, tokens: &[u32]) -> Result<()> {
         let bs = self.pool.block_size();
-        let n = self.pool.n_blocks();
-        let mut holders = vec![0u32; n];
-        for seq in self.seqs.values() {
-            for &b in &seq.blocks {
-                holders[b] += 1;
-            }
+        let seq = self.get(id)?;
+        let (len, n) = (seq.len, tokens.len());
+        let new_blocks = (len + n).div_ceil(bs).saturating_sub(seq.blocks.len());
+        // The block position `len` falls in, if the table already has it.
+        let tail = (n > 0 && len / bs < seq.blocks.len()).then_some(len / bs);
+        let copy_tail = tail.filter(|&i| {
+            let b = seq.blocks[i];
+            self.pool.ref_count(b) > 1 || self.prefix.as_ref().is_some_and(|p| p.is_named(b))
+        });
+        let needed = new_blocks + copy_tail.is_some() as usize;
+        if needed > self.available() {
+            return Err(self.budget_error(needed));
         }
-        let free: HashSet<BlockId> = self.pool.free_list().iter().copied().collect();
-        if free.len() != self.pool.free_list().len() {
-            return Err("a block is on the free list twice".into());
+        if let Some(i) = copy_tail {
+            let old = self.seqs[&id].blocks[i];
+            let new = self.take_block().expect("counted as available");
+            self.bytes_copied += self.pool.copy_rows(old, new, len - i * bs);
+            self.cow_copies += 1;
+            self.release_block(old);
+            self.seqs.get_mut(&id).expect("checked").blocks[i] = new;
         }
-        let named = |b| self.prefix.as_ref().is_some_and(|p| p.is_named(b));
-        let parked = |b| self.prefix.as_ref().is_some_and(|p| p.is_parked(b));
-        for (b, &held) in holders.iter().enumerate() {
-            let rc = self.pool.ref_count(b);
-            if held != rc {
-                return Err(format!(
-                    "block {b}: ref count {rc} but {held} tables hold it"
-                ));
-            }
-            let places = free.contains(&b) as u32 + parked(b) as u32 + (rc > 0) as u32;
-            if places != 1 {
-                return Err(format!(
-                    "block {b}: ref count {rc}, free {}, parked {}",
-                    free.contains(&b),
-                    parked(b)
-                ));
-            }
-            if (free.contains(&b) && named(b)) || (parked(b) && !named(b)) {
-                return Err(format!("block {b}: free and named, or parked and unnamed"));
-            }
+        for _ in 0..new_blocks {
+            let b = self.take_block().expect("counted as available");
+            self.seqs.get_mut(&id).expect("checked").blocks.push(b);
         }
-        let s = self.stats();
-        if s.free + s.used + s.cached != n {
-            return Err(format!(
-                "free {} + used {} + cached {} != {n} blocks",
-                s.free, s.used, s.cached
-            ));
+        self.seqs.get_mut(&id).expect("checked").pending = tokens.to_vec();
+        Ok(())
+    }
+    // ANCHOR_END: paged_prepare
+
+    fn write_seq(&mut self, id: SeqId, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        let (bs, kv_dim) = (self.pool.block_size(), self.kv_dim);
+        let seq = self.seqs.get(&id).ok_or_else(|| unknown(id))?;
+        let n = k.len() / kv_dim;
+        if seq.len + n > seq.blocks.len() * bs {
+            return Err(Error::Internal(format!(
+                "writing {n} positions after {} into {} blocks: call prepare first",
+                seq.len,
+                seq.blocks.len()
+            )));
         }
-        if let Some(p) = &self.prefix {
-            let mut seen = HashMap::new();
-            for (hash, b) in p.names() {
-                if p.key(b).map(|k| k.hash) != Some(hash) || seen.insert(b, hash).is_some() {
-                    return Err(format!(
-                        "name {hash:x} points at block {b}, which is not it"
-                    ));
-                }
+        // The new rows may span several blocks: write each block's run.
+        let mut done = 0;
+        while done < n {
+            let pos = seq.len + done;
+            let (block, row) = (seq.blocks[pos / bs], pos % bs);
+            if self.prefix.as_ref().is_some_and(|p| p.is_named(block)) {
+                return Err(Error::Internal(format!(
+                    "block {block} is named in the prefix cache and must not be written"
+                )));
             }
-        }
-        for (id, seq) in &self.seqs {
-            if seq.pending.is_empty() && seq.blocks.len() != seq.len.div_ceil(bs) {
-                return Err(format!(
-                    "{id:?}: {} positions in {} blocks",
-                    seq.len,
-                    seq.blocks.len()
-                ));
-            }
-            if seq.tokens.len() != seq.len {
-                return Err(format!(
-                    "{id:?}: {} token ids for {} positions",
-                    seq.tokens.len(),
-                    seq.len
-                ));
-            }
-            for (i, &b) in seq.blocks.iter().enumerate() {
-                let Some(key) = self.prefix.as_ref().and_then(|p| p.key(b)) else {
-                    continue;
-                };
-                let mine = &seq.tokens[(i * bs).min(seq.len)..((i + 1) * bs).min(seq.len)];
-                if key.tokens[..mine.len()] != *mine {
-                    return Err(format!("{id:?}: block {b} is named for other tokens"));
-                }
-            }
+            let run = (bs - row).min(n - done);
+            let range = done * kv_dim..(done + run) * kv_dim;
+            self.pool
+                .write(layer, block, row, &k[range.clone()], &v[range])?;
+            done += run;
         }
         Ok(())
     }
-    // ANCHOR_END: invariants
+
+    fn read_seq(&self, id: SeqId, layer: usize, end: usize) -> KvView<'_> {
+        let bs = self.pool.block_size();
+        let table = &self.seqs[&id].blocks[..end.div_ceil(bs)];
+        KvView::Paged(Paged {
+            k_blocks: table.iter().map(|&b| self.pool.k_block(layer, b)).collect(),
+            v_blocks: table.iter().map(|&b| self.pool.v_block(layer, b)).collect(),
+            block_size: bs,
+            kv_dim: self.kv_dim,
+        })
+    }
+
+    // ANCHOR: paged_advance
+    /// The prepared positions are written. With prefix caching, every block that just
+    /// became full gets its name, so later requests can find it.
+    fn advance_seq(&mut self, id: SeqId, n: usize) {
+        let bs = self.pool.block_size();
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        seq.len += n;
+        let taken = n.min(seq.pending.len());
+        seq.tokens.extend(seq.pending.drain(..taken));
+        seq.pending.clear();
+        if let Some(prefix) = self.prefix.as_mut() {
+            while (seq.hashes.len() + 1) * bs <= seq.len {
+                let i = seq.hashes.len();
+                let parent = seq.hashes.last().copied();
+                let hash = prefix.register(seq.blocks[i], parent, &seq.tokens[i * bs..][..bs]);
+                seq.hashes.push(hash);
+            }
+        }
+    }
+    // ANCHOR_END: paged_advance
+
+    /// Forgets positions `len..` of `id`, giving back the blocks past the new end.
+    fn truncate_seq(&mut self, id: SeqId, len: usize) {
+        let bs = self.pool.block_size();
+        let Some(seq) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        if len >= seq.len {
+            return;
+        }
+        seq.len = len;
+        seq.tokens.truncate(len);
+        seq.pending.clear();
+        seq.hashes.truncate(len / bs);
+        let dropped: Vec<BlockId> = seq.blocks.drain(len.div_ceil(bs)..).collect();
+        for b in dropped.into_iter().rev() {
+            self.release_block(b);
+        }
+    }
 }
 
 /// How many whole blocks `budget_bytes` holds; at least one, or an error that says so.
@@ -405,7 +450,7 @@ fn blocks_in_budget(config: &Config, block_size: usize, budget_bytes: usize) -> 
     Ok(budget_bytes / block_bytes)
 }
 
-pub(super) fn unknown(id: SeqId) -> Error {
+fn unknown(id: SeqId) -> Error {
     Error::InvalidArgument(format!(
         "sequence {} is not in this paged cache (freed already?)",
         id.0

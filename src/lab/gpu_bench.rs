@@ -1,4 +1,5 @@
-//! How fast the GPU runs prefill and decode, next to the roofline (the seed's §1.3).
+//! `kvlab bench --device cuda`: how fast the GPU runs prefill and decode, next to the
+//! roofline (book: roofline.md).
 //!
 //! A decode step multiplies one token's vector by every weight matrix: two FLOPs per
 //! weight, and every weight must come from memory. So a step cannot be faster than
@@ -11,12 +12,12 @@
 //! Prefill is the other regime: many rows share each weight, and the time is FLOPs.
 //! A naive step at context `L` costs a prefill of `L` tokens; a cached step costs one token.
 
-use super::{AttentionVersion, GpuModel, MatmulVersion};
+use super::timing::{ms_since, synthetic_prompt};
+use crate::cuda::{AttentionVersion, GpuModel, MatmulVersion};
 use crate::device::GpuDtype;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::generate::Decoder;
 use crate::ops;
-use crate::rng::Rng;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -49,17 +50,6 @@ pub struct BenchRow {
     pub launches_per_token: f64,
 }
 
-fn random_prompt(len: usize, vocab: usize, seed: u64) -> Vec<u32> {
-    let mut rng = Rng::new(seed);
-    (0..len)
-        .map(|_| (rng.next_u64() % vocab as u64) as u32)
-        .collect()
-}
-
-fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
-}
-
 /// Measures `model` at one `context`, decoding `decode_tokens` greedy tokens.
 pub fn bench_context(
     model: &GpuModel,
@@ -68,7 +58,7 @@ pub fn bench_context(
     peak_bytes_per_s: f64,
 ) -> Result<BenchRow> {
     let c = &model.config;
-    let prompt = random_prompt(context, c.vocab_size, context as u64);
+    let prompt = synthetic_prompt(context, c.vocab_size, 0);
     let capacity = context + decode_tokens + 1;
     let gpu = model.gpu();
 
@@ -129,46 +119,62 @@ pub fn bench_context(
     })
 }
 
-/// The table's header line, for [`format_row`].
-pub fn header() -> String {
-    format!(
-        "{:>5} {:>6} {:>5} {:>7} | {:>10} {:>11} | {:>9} {:>8} {:>12} | {:>10} | {:>9} {:>7} {:>9}",
-        "wts",
-        "matmul",
-        "attn",
-        "context",
-        "prefill",
-        "prefill/s",
-        "decode",
-        "tok/s",
-        "tok/s(argmx)",
-        "naive step",
-        "MB/token",
-        "of HBM",
-        "launches"
-    )
+/// Everything `kvlab bench --device cuda` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuBenchReport {
+    /// The GPU, its driver and NVRTC.
+    pub device: String,
+    pub model: String,
+    pub n_params: usize,
+    /// Greedy tokens decoded per row, after a prompt of `context` tokens.
+    pub decode_tokens: usize,
+    /// The bandwidth roof `hbm_fraction` divides by, bytes/s.
+    pub peak_bytes_per_s: f64,
+    /// Bytes of weights one decode step reads (the KV cache comes on top).
+    pub weight_bytes_per_token: usize,
+    /// One row per matmul kernel version and context.
+    pub rows: Vec<BenchRow>,
 }
 
-/// One row of the table.
-pub fn format_row(r: &BenchRow) -> String {
-    let v = |v2: bool| if v2 { "v2" } else { "v1" };
-    format!(
-        "{:>5} {:>6} {:>5} {:>7} | {:>7.2} ms {:>11.0} | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms | {:>9.1} {:>6.1}% {:>9.0}",
-        match r.weights {
-            GpuDtype::F32 => "f32",
-            GpuDtype::Bf16 => "bf16",
-        },
-        v(r.matmul == MatmulVersion::V2),
-        v(r.attention == AttentionVersion::V2),
-        r.context,
-        r.prefill_ms,
-        r.prefill_tok_s,
-        r.decode_ms,
-        r.decode_tok_s,
-        r.decode_device_argmax_tok_s,
-        r.naive_step_ms,
-        r.bytes_per_token as f64 / 1e6,
-        r.hbm_fraction * 100.0,
-        r.launches_per_token
-    )
+/// Measures `model` at every context in `contexts`, once with each matmul kernel
+/// (v1: one thread per output; v2: the tiled one both paths use by default).
+pub fn run(
+    model: &mut GpuModel,
+    model_name: &str,
+    n_params: usize,
+    contexts: &[usize],
+    decode_tokens: usize,
+) -> Result<GpuBenchReport> {
+    let max = model.config.max_position_embeddings;
+    if let Some(&c) = contexts
+        .iter()
+        .find(|&&c| c == 0 || c + decode_tokens + 1 > max)
+    {
+        return Err(Error::InvalidArgument(format!(
+            "context {c}: contexts must be between 1 and {}",
+            max.saturating_sub(decode_tokens + 1)
+        )));
+    }
+    let mut rows = Vec::new();
+    for matmul in [MatmulVersion::V1, MatmulVersion::V2] {
+        model.matmul = matmul;
+        for &context in contexts {
+            rows.push(bench_context(
+                model,
+                context,
+                decode_tokens,
+                H200_HBM_BYTES_PER_S,
+            )?);
+        }
+    }
+    model.matmul = MatmulVersion::V2;
+    Ok(GpuBenchReport {
+        device: model.describe(),
+        model: model_name.to_string(),
+        n_params,
+        decode_tokens,
+        peak_bytes_per_s: H200_HBM_BYTES_PER_S,
+        weight_bytes_per_token: model.weights.bytes_read_per_token(),
+        rows,
+    })
 }

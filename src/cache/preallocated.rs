@@ -10,17 +10,18 @@
 //! whole point of GQA (Ainslie et al. 2023): the cache shrinks by `n_heads / n_kv_heads`.
 //!
 //! This is the *preallocated* layout, the first of four behind [`KvStore`]; the
-//! others (growable, paged, prefix-shared) are in `src/cache/`.
+//! others (growable, paged, prefix-shared) are its siblings in `src/cache/`.
+//! Book: kv-cache.md.
 
 use crate::attention::{Contiguous, KvView};
-use crate::cache::KvStore;
+use crate::cache::{zeroed_buffer, KvStore};
 use crate::config::Config;
 use crate::error::{Error, Result};
 
 // ANCHOR: kv_cache
 /// A preallocated, contiguous KV cache for one sequence, in f32.
 #[derive(Clone)]
-pub struct KvCache {
+pub struct PreallocatedCache {
     /// `[n_layers, capacity, n_kv_heads, head_dim]`
     k_cache: Vec<f32>,
     /// `[n_layers, capacity, n_kv_heads, head_dim]`
@@ -35,20 +36,22 @@ pub struct KvCache {
 }
 // ANCHOR_END: kv_cache
 
-impl KvCache {
-    /// Reserves room for `capacity` positions of every layer, up front (the seed's §3.3:
-    /// engines preallocate for `max_new_tokens` before decoding starts).
-    pub fn new(config: &Config, capacity: usize) -> KvCache {
+impl PreallocatedCache {
+    /// Reserves room for `capacity` positions of every layer, up front (engines
+    /// preallocate for `max_new_tokens` before decoding starts; book: cache-layouts.md).
+    /// Fails with [`Error::OutOfMemory`] instead of aborting when the memory is not there.
+    pub fn new(config: &Config, capacity: usize) -> Result<PreallocatedCache> {
         let kv_dim = config.n_kv_heads() * config.head_dim();
         let n_layers = config.num_hidden_layers;
-        KvCache {
-            k_cache: vec![0.0; n_layers * capacity * kv_dim],
-            v_cache: vec![0.0; n_layers * capacity * kv_dim],
+        let dims = [n_layers, capacity, kv_dim];
+        Ok(PreallocatedCache {
+            k_cache: zeroed_buffer("the preallocated KV cache", &dims)?,
+            v_cache: zeroed_buffer("the preallocated KV cache", &dims)?,
             n_layers,
             capacity,
             kv_dim,
             len: 0,
-        }
+        })
     }
 
     /// Positions stored.
@@ -125,7 +128,7 @@ impl KvCache {
 }
 
 /// The preallocated layout behind the common interface: each verb is the one above.
-impl KvStore for KvCache {
+impl KvStore for PreallocatedCache {
     fn len(&self) -> usize {
         self.len
     }
@@ -133,22 +136,22 @@ impl KvStore for KvCache {
         self.reserve(tokens.len())
     }
     fn write(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
-        KvCache::write(self, layer, k, v)
+        PreallocatedCache::write(self, layer, k, v)
     }
     fn read(&self, layer: usize, end: usize) -> KvView<'_> {
-        let (keys, values) = KvCache::read(self, layer, end);
+        let (keys, values) = PreallocatedCache::read(self, layer, end);
         KvView::Contiguous(Contiguous::new(keys, values, self.kv_dim))
     }
     fn advance(&mut self, n: usize) {
-        KvCache::advance(self, n)
+        PreallocatedCache::advance(self, n)
     }
     fn truncate(&mut self, len: usize) {
-        KvCache::truncate(self, len)
+        PreallocatedCache::truncate(self, len)
     }
     fn bytes_reserved(&self) -> usize {
         self.bytes_allocated()
     }
     fn bytes_used(&self) -> usize {
-        KvCache::bytes_used(self)
+        PreallocatedCache::bytes_used(self)
     }
 }

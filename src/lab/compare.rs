@@ -1,11 +1,8 @@
-//! The seed's `use_cache=True` vs `use_cache=False` experiment (§2.2, §4.1):
+//! The `use_cache=True` vs `use_cache=False` experiment (book: naive-vs-cached.md):
 //! the same request through both paths, the tokens checked equal, the time compared.
 
-use crate::error::Result;
-use crate::generate::{
-    check_request, cpu_decoder, generate_with, Decoder, GenerateOptions, Generation, PathKind,
-};
-use crate::model::Model;
+use crate::error::{Error, Result};
+use crate::generate::{generate_with, Decoder, GenerateOptions, Generation, PathKind};
 use serde::Serialize;
 
 /// Cumulative and per-step time of both paths at one token index.
@@ -29,8 +26,6 @@ pub struct Checkpoint {
 pub struct Comparison {
     /// Same generated tokens on both paths.
     pub identical: bool,
-    /// Same logits, bit for bit, at every step (checked when `check_logits` was asked).
-    pub logits_identical: Option<bool>,
     /// Naive total time / cached total time.
     pub speedup: f64,
     pub checkpoints: Vec<Checkpoint>,
@@ -49,17 +44,8 @@ pub fn checkpoint_tokens(n: usize) -> Vec<usize> {
     at
 }
 
-/// Runs `prompt` through the cached path, then the naive path, on the CPU.
-pub fn compare(model: &Model, prompt: &[u32], opts: &GenerateOptions) -> Result<Comparison> {
-    check_request(model, prompt, opts.max_new_tokens)?;
-    compare_with(
-        |path| Ok(cpu_decoder(model, path, prompt.len(), opts.max_new_tokens)),
-        prompt,
-        opts,
-    )
-}
-
-/// The same experiment with decoders from `make_decoder` (e.g. on the GPU).
+/// Runs `prompt` through the cached path, then the naive path, each with a decoder from
+/// `make_decoder` (on the CPU or the GPU, in any cache layout: see `crate::backend`).
 pub fn compare_with<'a>(
     mut make_decoder: impl FnMut(PathKind) -> Result<Box<dyn Decoder + 'a>>,
     prompt: &[u32],
@@ -98,10 +84,22 @@ pub fn compare_with<'a>(
         .collect();
     Ok(Comparison {
         identical,
-        logits_identical: None,
         speedup: naive.total_ms / cached.total_ms,
         checkpoints,
         cached,
         naive,
     })
+}
+
+impl Comparison {
+    /// [`Error::Mismatch`] unless both paths generated the same tokens.
+    pub fn check(&self) -> Result<()> {
+        if self.identical {
+            Ok(())
+        } else {
+            Err(Error::Mismatch(
+                "the naive and cached paths generated different tokens".into(),
+            ))
+        }
+    }
 }

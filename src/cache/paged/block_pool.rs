@@ -13,6 +13,7 @@
 //! prefix): its reference count says how many. The pool does not know *who* holds a
 //! block; [`super::PagedCache`] keeps the block tables and checks that counts match.
 
+use crate::cache::zeroed_buffer;
 use crate::config::Config;
 use crate::error::{Error, Result};
 
@@ -66,19 +67,12 @@ impl BlockPool {
         }
         let kv_dim = config.n_kv_heads() * config.head_dim();
         let n_layers = config.num_hidden_layers;
-        let len = if has_storage {
-            n_layers * n_blocks * block_size * kv_dim
+        let dims = if has_storage {
+            [n_layers, n_blocks, block_size, kv_dim]
         } else {
-            0
+            [0; 4]
         };
-        let zeroed = || -> Result<Vec<f32>> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(len).map_err(|_| Error::CacheAlloc {
-                bytes: 2 * len * size_of::<f32>(),
-            })?;
-            v.resize(len, 0.0);
-            Ok(v)
-        };
+        let zeroed = || zeroed_buffer("the paged KV cache's block pool", &dims);
         Ok(BlockPool {
             k: zeroed()?,
             v: zeroed()?,
@@ -95,7 +89,7 @@ impl BlockPool {
 
     /// Bytes of one block: K and V of `block_size` positions in every layer, f32.
     pub fn block_bytes(config: &Config, block_size: usize) -> usize {
-        block_size * super::bytes_per_token(config)
+        block_size * crate::cache::bytes_per_token(config)
     }
 
     pub fn n_blocks(&self) -> usize {
@@ -178,13 +172,13 @@ impl BlockPool {
         v: &[f32],
     ) -> Result<()> {
         if !self.has_storage {
-            return Err(Error::InvalidArgument(
+            return Err(Error::Internal(
                 "this block pool only counts blocks (capacity planning): it has no memory to write to".into(),
             ));
         }
         if self.ref_counts[block] != 1 || layer >= self.n_layers {
-            return Err(Error::InvalidArgument(format!(
-                "internal: write to block {block} (held by {} tables) in layer {layer}",
+            return Err(Error::Internal(format!(
+                "write to block {block} (held by {} tables) in layer {layer}",
                 self.ref_counts[block]
             )));
         }

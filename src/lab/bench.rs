@@ -1,30 +1,13 @@
-//! Measurements behind `kvlab bench` and `cargo bench`: prefill throughput,
-//! per-token latency of both paths at a given context, and the memory
-//! bandwidth that bounds decode (the seed's §1.3 and §4.1).
+//! Measurements behind `kvlab bench` and `cargo bench` on the CPU: prefill throughput,
+//! per-token latency of both paths at a given context, and the memory bandwidth that
+//! bounds decode. Book: prefill-decode.md, roofline.md.
 
-use crate::error::Result;
-use crate::kv_cache::KvCache;
+use super::timing::{machine_name, median_ms, synthetic_prompt};
+use crate::cache::PreallocatedCache;
+use crate::error::{Error, Result};
 use crate::model::{KvSource, Model};
 use serde::Serialize;
 use std::time::Instant;
-
-/// Median of `reps` timings of `f`, in milliseconds (after one warm-up call).
-pub fn median_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    f()?;
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps.max(1) {
-        let t = Instant::now();
-        f()?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
-}
-
-/// Deterministic token ids for synthetic prompts.
-pub fn synthetic_prompt(len: usize, vocab: usize) -> Vec<u32> {
-    (0..len).map(|i| ((i * 7919 + 13) % vocab) as u32).collect()
-}
 
 // ANCHOR: step_at_context
 /// One generation step at `context` tokens already seen, on each path.
@@ -33,14 +16,14 @@ pub fn synthetic_prompt(len: usize, vocab: usize) -> Vec<u32> {
 pub struct StepBench<'a> {
     model: &'a Model,
     seq: Vec<u32>,
-    cache: KvCache,
+    cache: PreallocatedCache,
 }
 
 impl<'a> StepBench<'a> {
     /// Prefills a cache with `context` tokens, once.
     pub fn new(model: &'a Model, context: usize) -> Result<StepBench<'a>> {
-        let seq = synthetic_prompt(context + 1, model.config.vocab_size);
-        let mut cache = KvCache::new(&model.config, context + 1);
+        let seq = synthetic_prompt(context + 1, model.config.vocab_size, 0);
+        let mut cache = PreallocatedCache::new(&model.config, context + 1)?;
         model.forward_hidden(&seq[..context], &mut KvSource::Cache(&mut cache))?;
         Ok(StepBench { model, seq, cache })
     }
@@ -91,9 +74,9 @@ pub struct Prefill {
 }
 
 pub fn prefill(model: &Model, prompt_len: usize, reps: usize) -> Result<Prefill> {
-    let prompt = synthetic_prompt(prompt_len, model.config.vocab_size);
+    let prompt = synthetic_prompt(prompt_len, model.config.vocab_size, 0);
     let ttft_ms = median_ms(reps, || {
-        let mut cache = KvCache::new(&model.config, prompt_len);
+        let mut cache = PreallocatedCache::new(&model.config, prompt_len)?;
         model
             .forward(&prompt, KvSource::Cache(&mut cache))
             .map(drop)
@@ -190,6 +173,28 @@ pub struct BenchReport {
     pub decode_roofline_fraction: f64,
 }
 
+/// Checks that every prefill length is at least 1 and every context fits the model
+/// with one more token.
+pub fn check_lengths(model: &Model, prefill_lens: &[usize], contexts: &[usize]) -> Result<()> {
+    let longest = prefill_lens
+        .iter()
+        .chain(contexts)
+        .max()
+        .copied()
+        .unwrap_or(0);
+    let max_seq_len = model.config.max_position_embeddings;
+    if longest + 1 > max_seq_len {
+        return Err(Error::PromptTooLong {
+            prompt_len: longest + 1,
+            max_seq_len,
+        });
+    }
+    if prefill_lens.contains(&0) {
+        return Err(Error::EmptyPrompt);
+    }
+    Ok(())
+}
+
 /// Runs the prefill and per-step measurements at the given lengths.
 pub fn run(
     model: &Model,
@@ -198,6 +203,7 @@ pub fn run(
     contexts: &[usize],
     reps: usize,
 ) -> Result<BenchReport> {
+    check_lengths(model, prefill_lens, contexts)?;
     let prefill = prefill_lens
         .iter()
         .map(|&n| self::prefill(model, n, reps))
@@ -228,56 +234,4 @@ pub fn run(
         memory_gb_s,
         decode_roofline_fraction: gb_s / memory_gb_s,
     })
-}
-
-/// The CPU model name from /proc/cpuinfo (or "unknown"), for figure captions.
-pub fn machine_name() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    format!("{cpu}, {} threads", rayon::current_num_threads())
-}
-
-/// The summary a learner reads (also printed by `cargo bench`).
-pub fn print_report(r: &BenchReport) {
-    println!(
-        "kvlab bench — {} ({} params) on {}",
-        r.model, r.n_params, r.machine
-    );
-    println!("\nprefill (预填充): the whole prompt in one pass — compute-bound");
-    println!(
-        "{:>8} {:>10} {:>10} {:>9}",
-        "prompt", "TTFT ms", "tok/s", "GFLOP/s"
-    );
-    for p in &r.prefill {
-        println!(
-            "{:>8} {:>10.1} {:>10.1} {:>9.1}",
-            p.prompt_len, p.ttft_ms, p.tok_s, p.gflop_s
-        );
-    }
-    println!("\nper-token latency (解码 decode) at a given context: naive recompute vs KV cache");
-    println!(
-        "{:>8} {:>12} {:>12} {:>9}",
-        "context", "naive ms", "cached ms", "speedup"
-    );
-    for s in &r.steps {
-        println!(
-            "{:>8} {:>12.1} {:>12.2} {:>8.1}x",
-            s.context, s.naive_ms, s.cached_ms, s.speedup
-        );
-    }
-    println!(
-        "\ncached decode: {:.1} tok/s, reading {:.0} MB per token = {:.1} GB/s of the {:.1} GB/s this machine reads ({:.0}% of the memory roof) — memory-bound",
-        r.decode_tok_s,
-        r.decode_bytes_per_token / 1e6,
-        r.decode_gb_s,
-        r.memory_gb_s,
-        100.0 * r.decode_roofline_fraction
-    );
 }

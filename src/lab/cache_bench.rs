@@ -7,10 +7,9 @@
 //!   interleaved, rep by rep, so that a slow moment of the machine hits all of them.
 //! - TTFT of a request whose long shared prefix is cached vs the same request cold.
 
-use super::paged::PagedCache;
-use super::{new_store, CacheKind, KvStore};
-use crate::bench::{machine_name, synthetic_prompt};
-use crate::error::Result;
+use super::timing::{machine_name, median, ms_since, synthetic_prompt};
+use crate::cache::{new_store, CacheKind, KvStore, PagedCache};
+use crate::error::{Error, Result};
 use crate::model::{KvSource, Model};
 use crate::ops::argmax;
 use serde::Serialize;
@@ -49,15 +48,6 @@ pub struct CacheBench {
     pub prefix: Option<PrefixTtft>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1e3
-}
-
 /// Decode step time of every layout at each context.
 pub fn decode(
     model: &Model,
@@ -67,7 +57,7 @@ pub fn decode(
 ) -> Result<Vec<DecodeAt>> {
     let mut out = Vec::new();
     for &context in contexts {
-        let seq = synthetic_prompt(context + 1, model.config.vocab_size);
+        let seq = synthetic_prompt(context + 1, model.config.vocab_size, 0);
         let mut caches = Vec::new();
         for kind in CacheKind::ALL {
             let mut cache = new_store(&model.config, kind, context + 1, block_size)?;
@@ -109,11 +99,10 @@ pub fn prefix_ttft(
     reps: usize,
 ) -> Result<PrefixTtft> {
     let vocab = model.config.vocab_size;
-    let shared = synthetic_prompt(shared_len, vocab);
+    let shared = synthetic_prompt(shared_len, vocab, 0);
     // A different suffix for every request, so only the shared part can hit.
     let prompt = |r: usize| -> Vec<u32> {
-        let suffix = (0..suffix_len).map(|i| ((r * 1009 + i * 31 + 5) % vocab) as u32);
-        shared.iter().copied().chain(suffix).collect()
+        [&shared[..], &synthetic_prompt(suffix_len, vocab, r + 1)].concat()
     };
     let blocks = 2 * (shared_len + suffix_len + 1).div_ceil(block_size);
     let ttft = |cache: &mut PagedCache, prompt: &[u32]| -> Result<(f64, usize)> {
@@ -154,6 +143,20 @@ pub fn run(
     reps: usize,
     prefix: Option<(usize, usize)>,
 ) -> Result<CacheBench> {
+    let max = model.config.max_position_embeddings;
+    if let Some(&c) = contexts.iter().find(|&&c| c == 0 || c + 1 > max) {
+        return Err(Error::InvalidArgument(format!(
+            "context {c}: contexts must be between 1 and {}",
+            max - 1
+        )));
+    }
+    if let Some((shared_len, suffix_len)) = prefix {
+        if suffix_len == 0 || shared_len + suffix_len > max {
+            return Err(Error::InvalidArgument(format!(
+                "--shared-len + --suffix-len must fit the context of {max}, with --suffix-len at least 1"
+            )));
+        }
+    }
     let reps = reps.max(1);
     Ok(CacheBench {
         machine: machine_name(),
@@ -165,31 +168,4 @@ pub fn run(
             .map(|(shared, suffix)| prefix_ttft(model, shared, suffix, block_size, reps))
             .transpose()?,
     })
-}
-
-pub fn print(r: &CacheBench) {
-    println!(
-        "kvlab bench-cache — {} on {}, block size {}, median of {} reps",
-        r.model, r.machine, r.block_size, r.reps
-    );
-    println!(
-        "\ndecode: one token at a given context, per cache layout\n{:>8} {:>13} {:>9} {:>8} {:>16}",
-        "context", "layout", "ms", "tok/s", "vs preallocated"
-    );
-    for d in &r.decode {
-        println!(
-            "{:>8} {:>13} {:>9.2} {:>8.1} {:>15.1}%",
-            d.context,
-            d.layout.name(),
-            d.ms,
-            d.tok_s,
-            100.0 * d.vs_preallocated
-        );
-    }
-    if let Some(p) = &r.prefix {
-        println!(
-            "\nTTFT, {} shared + {} own tokens: cold {:.1} ms, prefix hit {:.1} ms ({} positions reused) = {:.1}x faster",
-            p.shared_len, p.suffix_len, p.cold_ms, p.hit_ms, p.reused, p.speedup
-        );
-    }
 }

@@ -1,5 +1,5 @@
 //! `kvlab prefix`: N requests that share a long system prompt, with and without prefix
-//! caching (the seed's §3.4: "a common system prompt is computed and stored once").
+//! caching (book: prefix-caching.md: "a common system prompt is computed and stored once").
 //!
 //! Without prefix caching every request prefills the whole system prompt again and
 //! stores its own copy of its K and V. With it, the first request computes the shared
@@ -8,9 +8,9 @@
 //! and the pool holds the shared K and V once. The tokens must not change: the report
 //! says whether both runs generated the same ones.
 
-use super::paged::PagedCache;
-use super::KvStore;
-use crate::error::Result;
+use super::timing::{ms_since, synthetic_prompt};
+use crate::cache::{KvStore, PagedCache};
+use crate::error::{Error, Result};
 use crate::model::{KvSource, Model};
 use crate::ops::argmax;
 use serde::Serialize;
@@ -60,14 +60,37 @@ pub struct PrefixReport {
     pub identical_tokens: bool,
 }
 
-/// Runs `shared + suffix` for every suffix, greedy, `max_new_tokens` each, twice.
+/// `n_requests` synthetic prompts of `shared_len` shared tokens followed by `suffix_len`
+/// tokens of their own, each run greedy for `max_new_tokens`, without and then with
+/// prefix caching. Fails with [`Error::Mismatch`] if the two runs generate different tokens.
 pub fn run(
     model: &Model,
-    shared: &[u32],
-    suffixes: &[Vec<u32>],
+    n_requests: usize,
+    shared_len: usize,
+    suffix_len: usize,
     max_new_tokens: usize,
     block_size: usize,
 ) -> Result<PrefixReport> {
+    if n_requests == 0 || max_new_tokens == 0 || suffix_len == 0 {
+        return Err(Error::InvalidArgument(
+            "--requests, --suffix-len and --max-new-tokens must be at least 1".into(),
+        ));
+    }
+    let max_seq_len = model.config.max_position_embeddings;
+    if shared_len + suffix_len + max_new_tokens > max_seq_len {
+        return Err(Error::ContextOverflow {
+            prompt_len: shared_len + suffix_len,
+            max_new_tokens,
+            max_seq_len,
+        });
+    }
+    let vocab = model.config.vocab_size;
+    let shared = synthetic_prompt(shared_len, vocab, 0);
+    // Stream r + 1: every request's own part differs, so only the shared part can hit.
+    let suffixes: Vec<Vec<u32>> = (0..n_requests)
+        .map(|r| synthetic_prompt(suffix_len, vocab, r + 1))
+        .collect();
+    let (shared, suffixes) = (&shared[..], &suffixes[..]);
     let without = run_once(model, shared, suffixes, max_new_tokens, block_size, false)?;
     let with = run_once(model, shared, suffixes, max_new_tokens, block_size, true)?;
     let identical_tokens = without
@@ -87,6 +110,20 @@ pub fn run(
         without,
         with,
     })
+}
+
+impl PrefixReport {
+    /// [`Error::Mismatch`] unless both runs generated the same tokens: prefix caching
+    /// must change where K and V come from, never what the model computes.
+    pub fn check(&self) -> Result<()> {
+        if self.identical_tokens {
+            Ok(())
+        } else {
+            Err(Error::Mismatch(
+                "prefix caching changed the generated tokens".into(),
+            ))
+        }
+    }
 }
 
 fn run_once(
@@ -115,7 +152,7 @@ fn run_once(
         let mut seq = cache.seq(id)?;
         let logits = model.forward(&prompt[reused..], KvSource::Cache(&mut seq))?;
         let mut token = argmax(&logits) as u32;
-        let ttft_ms = start.elapsed().as_secs_f64() * 1e3;
+        let ttft_ms = ms_since(start);
         // ANCHOR_END: prefix_request
         let mut generated_ids = vec![token];
         while generated_ids.len() < max_new_tokens {

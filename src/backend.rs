@@ -1,0 +1,152 @@
+//! Every decoder is built here: a device ([`crate::device::Device`]), a path (naive or
+//! cached) and a cache layout in, a [`Decoder`] for the generation loop out.
+//!
+//! Both devices give the generation loop a [`Decoder`]; everything above it — sampling,
+//! timing, the naive-vs-cached comparison — is shared. Book: naive-vs-cached.md.
+
+use crate::cache::{new_store, CacheKind, DEFAULT_BLOCK_SIZE};
+use crate::device::{Device, GpuDtype};
+use crate::error::Result;
+use crate::generate::{
+    check_request, generate_with, Cached, Decoder, GenerateOptions, Generation, Naive, PathKind,
+};
+use crate::model::Model;
+
+/// Where the cached path keeps K and V: a layout, and the block size of the paged ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLayout {
+    pub kind: CacheKind,
+    /// Positions per block, for [`CacheKind::Paged`] and [`CacheKind::Prefix`].
+    pub block_size: usize,
+}
+
+impl Default for CacheLayout {
+    fn default() -> CacheLayout {
+        CacheLayout {
+            kind: CacheKind::Preallocated,
+            block_size: DEFAULT_BLOCK_SIZE,
+        }
+    }
+}
+
+// ANCHOR: cpu_decoder
+/// The CPU decoder for `path`, sized for `prompt_len + max_new_tokens` positions. The
+/// naive path keeps no cache; the cached one keeps it in `layout` (preallocated: the
+/// whole request reserved up front, book: cache-layouts.md).
+pub fn cpu_decoder<'a>(
+    model: &'a Model,
+    path: PathKind,
+    layout: CacheLayout,
+    prompt_len: usize,
+    max_new_tokens: usize,
+) -> Result<Box<dyn Decoder + 'a>> {
+    Ok(match path {
+        PathKind::Naive => Box::new(Naive {
+            model,
+            seq: Vec::new(),
+        }),
+        PathKind::Cached => Box::new(Cached {
+            model,
+            cache: new_store(
+                &model.config,
+                layout.kind,
+                prompt_len + max_new_tokens,
+                layout.block_size,
+            )?,
+        }),
+    })
+}
+// ANCHOR_END: cpu_decoder
+
+/// Generates up to `max_new_tokens` after `prompt` on the CPU (preallocated cache),
+/// calling `on_token` with each token as soon as it is chosen (for streaming).
+pub fn generate(
+    model: &Model,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    on_token: impl FnMut(u32),
+) -> Result<Generation> {
+    check_request(model, prompt, opts.max_new_tokens)?;
+    let mut decoder = cpu_decoder(
+        model,
+        opts.path,
+        CacheLayout::default(),
+        prompt.len(),
+        opts.max_new_tokens,
+    )?;
+    generate_with(decoder.as_mut(), prompt, opts, on_token)
+}
+
+/// A model ready to run on one device.
+pub enum Backend<'a> {
+    Cpu(&'a Model),
+    #[cfg(feature = "cuda")]
+    Cuda(crate::cuda::GpuModel),
+}
+
+impl<'a> Backend<'a> {
+    /// Prepares `model` for `device` (on CUDA: compiles the kernels and uploads the weights).
+    pub fn new(device: Device, model: &'a Model, gpu_dtype: GpuDtype) -> Result<Backend<'a>> {
+        match device {
+            Device::Cpu => Ok(Backend::Cpu(model)),
+            #[cfg(feature = "cuda")]
+            Device::Cuda => Ok(Backend::Cuda(crate::cuda::GpuModel::upload(
+                model, gpu_dtype,
+            )?)),
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda => {
+                let _ = gpu_dtype;
+                Err(crate::error::Error::Cuda(
+                    "this kvlab was built without CUDA support: rebuild with `cargo build --release --features cuda`".into(),
+                ))
+            }
+        }
+    }
+
+    /// A fresh decoder for one request of `prompt_len + max_new_tokens` positions, its
+    /// cache (cached path) in `layout`. The CUDA backend keeps its own preallocated cache
+    /// in GPU memory: other layouts are the CPU's (the GPU's paged-attention kernel is
+    /// checked against the CPU's in `tests/cuda_kernels.rs`, but generation does not use it).
+    pub fn decoder(
+        &self,
+        path: PathKind,
+        layout: CacheLayout,
+        prompt_len: usize,
+        max_new_tokens: usize,
+    ) -> Result<Box<dyn Decoder + '_>> {
+        match self {
+            Backend::Cpu(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(gpu) => {
+                if layout.kind != CacheKind::Preallocated {
+                    return Err(crate::error::Error::InvalidArgument(format!(
+                        "--cache {} runs on the CPU only: the CUDA backend generates with its own preallocated cache in GPU memory. Drop --cache or use --device cpu",
+                        layout.kind.name()
+                    )));
+                }
+                let capacity = prompt_len + max_new_tokens;
+                Ok(match path {
+                    PathKind::Naive => Box::new(gpu.naive_decoder(capacity)?),
+                    PathKind::Cached => Box::new(gpu.cached_decoder(capacity)?),
+                })
+            }
+        }
+    }
+
+    pub fn device(&self) -> Device {
+        match self {
+            Backend::Cpu(_) => Device::Cpu,
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(_) => Device::Cuda,
+        }
+    }
+
+    /// A one-line description (device name, weight format).
+    pub fn describe(&self) -> String {
+        match self {
+            Backend::Cpu(_) => format!("cpu ({} threads, f32)", rayon::current_num_threads()),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda(gpu) => gpu.describe(),
+        }
+    }
+}

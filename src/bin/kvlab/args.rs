@@ -1,0 +1,292 @@
+//! The argument groups the commands share, each declared once: which model, which prompt,
+//! how to sample, which device, which cache layout and block size. Also the CLI's names
+//! for the library's enums (the library has no clap: `src/lib.rs`).
+
+use clap::{Args, ValueEnum};
+use kvlab::backend::CacheLayout;
+use kvlab::cache::{CacheKind, DEFAULT_BLOCK_SIZE};
+use kvlab::device::{Device, GpuDtype};
+use kvlab::error::{Error, Result};
+use kvlab::generate::PathKind;
+use kvlab::kv_size::KvDtype;
+use kvlab::lab::timing::synthetic_prompt;
+use kvlab::sampler::SamplerConfig;
+use kvlab::tokenizer::{Message, Tokenizer};
+use kvlab::{loader, Config, Model};
+use std::path::PathBuf;
+
+/// Where SmolLM2 lands after `bash scripts/fetch-smollm2.sh`.
+pub const DEFAULT_MODEL: &str = "models/smollm2-135m-instruct";
+
+/// Which weights to run: a model folder, or seeded random weights of SmolLM2-135M's shape.
+#[derive(Args)]
+pub struct ModelArgs {
+    /// Model folder (config.json, *.safetensors, tokenizer.json).
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    pub model: PathBuf,
+    /// Use seeded random weights of SmolLM2-135M's shape instead of --model (same cost;
+    /// no tokenizer: give --prompt-len where a prompt is needed).
+    #[arg(long)]
+    pub random_weights: bool,
+}
+
+/// A loaded model, its tokenizer (none for random weights) and a name for reports.
+pub struct Loaded {
+    pub model: Model,
+    pub tokenizer: Option<Tokenizer>,
+    pub name: String,
+}
+
+impl ModelArgs {
+    /// Loads `--model`, or random weights seeded with `seed`; with `tokenizer`, also the
+    /// model folder's tokenizer.
+    pub fn load(&self, seed: u64, tokenizer: bool) -> Result<Loaded> {
+        if self.random_weights {
+            return Ok(Loaded {
+                model: Model::random(Config::smollm2_135m(), seed)?,
+                tokenizer: None,
+                name: "SmolLM2-135M shape, random weights".into(),
+            });
+        }
+        if !self.model.is_dir() {
+            return Err(Error::ModelFolderMissing(self.model.clone()));
+        }
+        let tokenizer = if tokenizer {
+            Some(Tokenizer::from_dir(&self.model)?)
+        } else {
+            None
+        };
+        Ok(Loaded {
+            model: loader::load_model(&self.model)?,
+            tokenizer,
+            name: self.model.display().to_string(),
+        })
+    }
+}
+
+/// What to feed the model: text, a file, or a synthetic prompt of a chosen length.
+#[derive(Args)]
+pub struct PromptArgs {
+    /// The prompt text.
+    #[arg(long, required_unless_present_any = ["prompt_len", "prompt_file"], conflicts_with_all = ["prompt_len", "prompt_file"])]
+    pub prompt: Option<String>,
+    /// Read the prompt text from a file.
+    #[arg(long, conflicts_with = "prompt_len")]
+    pub prompt_file: Option<PathBuf>,
+    /// A synthetic prompt of this many token ids (for measurements at a chosen length).
+    #[arg(long)]
+    pub prompt_len: Option<usize>,
+    /// Wrap the prompt in the model's chat template, as a user message.
+    #[arg(long)]
+    pub chat: bool,
+    /// System message for --chat (else the template's default, if any).
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
+    #[arg(long, default_value_t = 64)]
+    pub max_new_tokens: usize,
+}
+
+impl PromptArgs {
+    /// The prompt's token ids: synthetic (`--prompt-len`), or the text through `tokenizer`.
+    pub fn token_ids(&self, tokenizer: Option<&Tokenizer>, vocab_size: usize) -> Result<Vec<u32>> {
+        let prompt = match &self.prompt_file {
+            Some(path) => Some(std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?),
+            None => self.prompt.clone(),
+        };
+        if self.chat && prompt.is_none() {
+            return Err(Error::InvalidArgument(
+                "--chat needs a text prompt (--prompt or --prompt-file)".into(),
+            ));
+        }
+        let ids =
+            match (&prompt, self.prompt_len, tokenizer) {
+                (_, Some(n), _) => synthetic_prompt(n, vocab_size, 0),
+                (Some(prompt), None, Some(tokenizer)) => {
+                    let text = if self.chat {
+                        let mut messages = Vec::new();
+                        if let Some(system) = &self.system {
+                            messages.push(Message::new("system", system));
+                        }
+                        messages.push(Message::new("user", prompt));
+                        tokenizer.apply_chat_template(&messages)?
+                    } else {
+                        prompt.clone()
+                    };
+                    tokenizer.encode(&text)?
+                }
+                _ => return Err(Error::InvalidArgument(
+                    "--random-weights has no tokenizer: give --prompt-len N instead of --prompt"
+                        .into(),
+                )),
+            };
+        if ids.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        Ok(ids)
+    }
+}
+
+/// How tokens are picked: shared by every command that generates.
+#[derive(Args, Clone, Copy)]
+pub struct SamplingArgs {
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the k most likely tokens (0 = all).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Nucleus sampling mass (1.0 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Seeds the sampler (and --random-weights).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    pub fn config(&self) -> SamplerConfig {
+        SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+        }
+    }
+}
+
+#[derive(Args, Clone, Copy)]
+pub struct DeviceArgs {
+    /// Where to run the forward pass.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+    /// Weight format on the GPU (with --device cuda).
+    #[arg(long, value_enum, default_value_t = GpuDtypeArg::Bf16)]
+    pub gpu_dtype: GpuDtypeArg,
+}
+
+/// Positions per block of the paged layouts: one flag, one range check, everywhere.
+#[derive(Args, Clone, Copy)]
+pub struct BlockSizeArgs {
+    /// Positions per block, for the paged and prefix layouts.
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=4096))]
+    pub block_size: usize,
+}
+
+#[derive(Args, Clone, Copy)]
+pub struct CacheArgs {
+    /// Where the cached path keeps K and V (the CPU only; see `src/cache/`).
+    #[arg(long, value_enum, default_value_t = CacheArg::Preallocated)]
+    pub cache: CacheArg,
+    #[command(flatten)]
+    pub block: BlockSizeArgs,
+}
+
+impl CacheArgs {
+    pub fn layout(&self) -> CacheLayout {
+        CacheLayout {
+            kind: self.cache.into(),
+            block_size: self.block.block_size,
+        }
+    }
+}
+
+/// `--json`: one JSON object with the figures instead of text.
+#[derive(Args, Clone, Copy)]
+pub struct JsonArgs {
+    /// Print one JSON object with the figures instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+// The CLI's spellings of the library's enums (clap derives stay out of the library).
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeviceArg {
+    Cpu,
+    Cuda,
+}
+
+impl From<DeviceArg> for Device {
+    fn from(d: DeviceArg) -> Device {
+        match d {
+            DeviceArg::Cpu => Device::Cpu,
+            DeviceArg::Cuda => Device::Cuda,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum GpuDtypeArg {
+    /// Same numbers as the CPU: for tight GPU-vs-CPU checks.
+    F32,
+    /// Half the bytes per weight: what decode, being memory-bound, wants.
+    Bf16,
+}
+
+impl From<GpuDtypeArg> for GpuDtype {
+    fn from(d: GpuDtypeArg) -> GpuDtype {
+        match d {
+            GpuDtypeArg::F32 => GpuDtype::F32,
+            GpuDtypeArg::Bf16 => GpuDtype::Bf16,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CacheArg {
+    /// Contiguous, reserved for prompt + max_new_tokens before the first token.
+    Preallocated,
+    /// Contiguous, doubled (with a copy) whenever it is full.
+    Growable,
+    /// Fixed-size blocks from a pool, taken as the sequence crosses into each one.
+    Paged,
+    /// Paged, with full blocks shared by every sequence that has the same prefix.
+    Prefix,
+}
+
+impl From<CacheArg> for CacheKind {
+    fn from(c: CacheArg) -> CacheKind {
+        match c {
+            CacheArg::Preallocated => CacheKind::Preallocated,
+            CacheArg::Growable => CacheKind::Growable,
+            CacheArg::Paged => CacheKind::Paged,
+            CacheArg::Prefix => CacheKind::Prefix,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum PathArg {
+    /// Prefill once into a KV cache, then one token per step.
+    Cached,
+    /// Recompute the whole sequence at every step (`use_cache=False`).
+    Naive,
+}
+
+impl From<PathArg> for PathKind {
+    fn from(p: PathArg) -> PathKind {
+        match p {
+            PathArg::Cached => PathKind::Cached,
+            PathArg::Naive => PathKind::Naive,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum KvDtypeArg {
+    F32,
+    Bf16,
+    F16,
+    Int8,
+}
+
+impl From<KvDtypeArg> for KvDtype {
+    fn from(d: KvDtypeArg) -> KvDtype {
+        match d {
+            KvDtypeArg::F32 => KvDtype::F32,
+            KvDtypeArg::F16 => KvDtype::F16,
+            KvDtypeArg::Bf16 => KvDtype::Bf16,
+            KvDtypeArg::Int8 => KvDtype::Int8,
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! `kvlab bench` (CPU, or the GPU roofline with `--device cuda`) and `kvlab bench-cache`.
+
+use crate::args::{BlockSizeArgs, DeviceArg, DeviceArgs, JsonArgs, ModelArgs};
+use crate::print;
+use clap::Args;
+use kvlab::error::Result;
+use kvlab::lab;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt lengths for the prefill measurement (CPU).
+    #[arg(long, value_delimiter = ',', default_value = "32,128,512")]
+    pub prefill: Vec<usize>,
+    /// Contexts at which to time one step of each path.
+    #[arg(long, value_delimiter = ',', default_value = "32,128,512")]
+    pub contexts: Vec<usize>,
+    /// Timed repetitions per figure (the median is reported; CPU).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// With --device cuda: prefill, decode and naive step on the GPU, each matmul kernel,
+    /// against the memory-bandwidth roofline.
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    #[command(flatten)]
+    pub out: JsonArgs,
+}
+
+#[derive(Args)]
+pub struct BenchCacheArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Contexts at which to time one decode step of each layout.
+    #[arg(long, value_delimiter = ',', default_value = "128,512")]
+    pub contexts: Vec<usize>,
+    #[command(flatten)]
+    pub block: BlockSizeArgs,
+    /// Timed repetitions (medians are reported).
+    #[arg(long, default_value_t = 9)]
+    pub reps: usize,
+    /// Shared-prefix length for the prefix-hit TTFT (0 = skip it).
+    #[arg(long, default_value_t = 1000)]
+    pub shared_len: usize,
+    #[arg(long, default_value_t = 16)]
+    pub suffix_len: usize,
+    #[command(flatten)]
+    pub out: JsonArgs,
+}
+
+pub fn bench(args: BenchArgs) -> Result<()> {
+    let loaded = args.model.load(0, false)?;
+    if args.device.device == DeviceArg::Cuda {
+        return gpu_bench(&args, &loaded);
+    }
+    let report = lab::bench::run(
+        &loaded.model,
+        &loaded.name,
+        &args.prefill,
+        &args.contexts,
+        args.reps,
+    )?;
+    if args.out.json {
+        return print::json(&report);
+    }
+    print::bench(&report);
+    Ok(())
+}
+
+/// Greedy tokens each GPU row decodes after its prompt.
+#[cfg(feature = "cuda")]
+const GPU_DECODE_TOKENS: usize = 32;
+
+#[cfg(feature = "cuda")]
+fn gpu_bench(args: &BenchArgs, loaded: &crate::args::Loaded) -> Result<()> {
+    let mut gpu = kvlab::cuda::GpuModel::upload(&loaded.model, args.device.gpu_dtype.into())?;
+    let report = lab::gpu_bench::run(
+        &mut gpu,
+        &loaded.name,
+        loaded.model.n_params(),
+        &args.contexts,
+        GPU_DECODE_TOKENS,
+    )?;
+    if args.out.json {
+        return print::json(&report);
+    }
+    print::gpu_bench(&report);
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn gpu_bench(args: &BenchArgs, loaded: &crate::args::Loaded) -> Result<()> {
+    // The backend says why there is no GPU (this build has no CUDA support).
+    kvlab::backend::Backend::new(
+        args.device.device.into(),
+        &loaded.model,
+        args.device.gpu_dtype.into(),
+    )
+    .map(drop)
+}
+
+pub fn bench_cache(args: BenchCacheArgs) -> Result<()> {
+    let loaded = args.model.load(0, false)?;
+    let prefix = (args.shared_len > 0).then_some((args.shared_len, args.suffix_len));
+    let report = lab::cache_bench::run(
+        &loaded.model,
+        &loaded.name,
+        &args.contexts,
+        args.block.block_size,
+        args.reps,
+        prefix,
+    )?;
+    if args.out.json {
+        return print::json(&report);
+    }
+    print::cache_bench(&report);
+    Ok(())
+}

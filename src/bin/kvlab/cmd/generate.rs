@@ -1,0 +1,250 @@
+//! `kvlab generate`, `kvlab compare` and `kvlab demo`: one request, on one path or both.
+
+use crate::args::{CacheArgs, DeviceArgs, JsonArgs, ModelArgs, PathArg, PromptArgs, SamplingArgs};
+use crate::print;
+use clap::Args;
+use kvlab::backend::{Backend, CacheLayout};
+use kvlab::cache::CacheKind;
+use kvlab::error::Result;
+use kvlab::generate::{check_request, generate_with, GenerateOptions, PathKind};
+use kvlab::lab::compare::compare_with;
+use kvlab::lab::timing::synthetic_prompt;
+use kvlab::sampler::SamplerConfig;
+use kvlab::tokenizer::{Message, TextStream, Tokenizer};
+use kvlab::{loader, Config, Model};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    #[arg(long, value_enum, default_value_t = PathArg::Cached)]
+    pub path: PathArg,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    #[command(flatten)]
+    pub out: JsonArgs,
+}
+
+#[derive(Args)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    #[command(flatten)]
+    pub out: JsonArgs,
+}
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Model folder. If it has no config.json, the demo (and only the demo) falls back to
+    /// seeded random weights of SmolLM2-135M's shape, so it runs with zero set-up.
+    #[arg(long, default_value = crate::args::DEFAULT_MODEL)]
+    pub model: PathBuf,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    #[arg(long, default_value_t = 32)]
+    pub max_new_tokens: usize,
+    #[command(flatten)]
+    pub out: JsonArgs,
+}
+
+fn options(
+    max_new_tokens: usize,
+    sampling: &SamplingArgs,
+    model: &Model,
+    path: PathKind,
+) -> GenerateOptions {
+    GenerateOptions {
+        max_new_tokens,
+        path,
+        sampler: sampling.config(),
+        eos_ids: model.config.eos_ids(),
+    }
+}
+
+/// The text of `ids` without the end-of-turn tokens (`<|im_end|>`): what a reader wants
+/// to see. The JSON keeps every id in `generated_ids`.
+fn visible_text(tokenizer: &Tokenizer, ids: &[u32], eos_ids: &[u32]) -> Result<String> {
+    let visible: Vec<u32> = ids
+        .iter()
+        .copied()
+        .filter(|t| !eos_ids.contains(t))
+        .collect();
+    tokenizer.decode(&visible)
+}
+
+pub fn generate(args: GenerateArgs) -> Result<()> {
+    let loaded = args.model.load(args.sampling.seed, true)?;
+    let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
+    let prompt_ids = args.prompt.token_ids(tokenizer, model.config.vocab_size)?;
+    let opts = options(
+        args.prompt.max_new_tokens,
+        &args.sampling,
+        model,
+        args.path.into(),
+    );
+    check_request(model, &prompt_ids, opts.max_new_tokens)?;
+    let backend = Backend::new(
+        args.device.device.into(),
+        model,
+        args.device.gpu_dtype.into(),
+    )?;
+    let layout = args.cache.layout();
+    let mut decoder = backend.decoder(opts.path, layout, prompt_ids.len(), opts.max_new_tokens)?;
+    let json = args.out.json;
+    let mut stream = tokenizer.map(TextStream::new);
+    let mut out = std::io::stdout();
+    let mut generation = generate_with(decoder.as_mut(), &prompt_ids, &opts, |token| {
+        if json || opts.eos_ids.contains(&token) {
+            return;
+        }
+        let text = match &mut stream {
+            Some(stream) => stream.push(token),
+            None => Some(format!("[{token}]")),
+        };
+        if let Some(text) = text {
+            let _ = write!(out, "{text}");
+            let _ = out.flush();
+        }
+    })?;
+    if let Some(tokenizer) = tokenizer {
+        generation.text = visible_text(tokenizer, &generation.generated_ids, &opts.eos_ids)?;
+    }
+    if json {
+        return print::json(&generation);
+    }
+    println!();
+    eprintln!("{}", print::summary(&generation));
+    if layout.kind != CacheKind::Preallocated && opts.path == PathKind::Cached {
+        eprintln!("cache layout: {}", layout.kind.name());
+    }
+    Ok(())
+}
+
+pub fn compare(args: CompareArgs) -> Result<()> {
+    let loaded = args.model.load(args.sampling.seed, true)?;
+    let model = &loaded.model;
+    let prompt_ids = args
+        .prompt
+        .token_ids(loaded.tokenizer.as_ref(), model.config.vocab_size)?;
+    let opts = options(
+        args.prompt.max_new_tokens,
+        &args.sampling,
+        model,
+        PathKind::Cached,
+    );
+    let backend = Backend::new(
+        args.device.device.into(),
+        model,
+        args.device.gpu_dtype.into(),
+    )?;
+    run_compare(
+        &backend,
+        model,
+        loaded.tokenizer.as_ref(),
+        &prompt_ids,
+        &opts,
+        args.out.json,
+        args.cache.layout(),
+    )
+}
+
+/// A fixed ~100-token prompt for the demo: long enough that the naive path's per-step
+/// cost is visible, short enough to finish in seconds.
+const DEMO_PROMPT: &str = "The KV cache is the reason large language models can answer quickly. \
+When a model reads a prompt, it computes a key and a value vector for every token in every layer. \
+Without a cache, each new token forces the model to recompute all of them from scratch. \
+Explain, in two sentences, why caching keys and values makes generation faster:";
+
+pub fn demo(args: DemoArgs) -> Result<()> {
+    let seed = 0;
+    let (model, tokenizer, prompt_ids) = if args.model.join("config.json").exists() {
+        let tokenizer = Tokenizer::from_dir(&args.model)?;
+        let ids = tokenizer
+            .encode(&tokenizer.apply_chat_template(&[Message::new("user", DEMO_PROMPT)])?)?;
+        (loader::load_model(&args.model)?, Some(tokenizer), ids)
+    } else {
+        eprintln!(
+            "{} not found: using a random-weight model of SmolLM2-135M's shape (seed {seed}); \
+             fetch the real one with `bash scripts/fetch-smollm2.sh`",
+            args.model.display()
+        );
+        let model = Model::random(Config::smollm2_135m(), seed)?;
+        let ids = synthetic_prompt(100, model.config.vocab_size, 0);
+        (model, None, ids)
+    };
+    let opts = GenerateOptions {
+        max_new_tokens: args.max_new_tokens,
+        path: PathKind::Cached,
+        sampler: SamplerConfig::default(),
+        eos_ids: if tokenizer.is_some() {
+            model.config.eos_ids()
+        } else {
+            vec![]
+        },
+    };
+    let backend = Backend::new(
+        args.device.device.into(),
+        &model,
+        args.device.gpu_dtype.into(),
+    )?;
+    run_compare(
+        &backend,
+        &model,
+        tokenizer.as_ref(),
+        &prompt_ids,
+        &opts,
+        args.out.json,
+        CacheLayout::default(),
+    )
+}
+
+fn run_compare(
+    backend: &Backend,
+    model: &Model,
+    tokenizer: Option<&Tokenizer>,
+    prompt_ids: &[u32],
+    opts: &GenerateOptions,
+    json: bool,
+    layout: CacheLayout,
+) -> Result<()> {
+    check_request(model, prompt_ids, opts.max_new_tokens)?;
+    if !json {
+        eprintln!(
+            "device: {} | prompt: {} tokens, generating {} with each path (cached first, then naive: the naive one takes a while)...",
+            backend.describe(),
+            prompt_ids.len(),
+            opts.max_new_tokens
+        );
+    }
+    let mut cmp = compare_with(
+        |path| backend.decoder(path, layout, prompt_ids.len(), opts.max_new_tokens),
+        prompt_ids,
+        opts,
+    )?;
+    if let Some(tok) = tokenizer {
+        cmp.cached.text = visible_text(tok, &cmp.cached.generated_ids, &opts.eos_ids)?;
+        cmp.naive.text = visible_text(tok, &cmp.naive.generated_ids, &opts.eos_ids)?;
+    }
+    if json {
+        print::json(&cmp)?;
+    } else {
+        print::comparison(&cmp);
+    }
+    cmp.check()
+}

@@ -1,0 +1,8 @@
+//! One file per command family; each parses nothing (clap did) and prints through
+//! `print.rs`.
+
+pub mod bench;
+pub mod cache;
+pub mod chat;
+pub mod generate;
+pub mod model;

@@ -1,0 +1,85 @@
+//! `kvlab kv-size` and `kvlab import-gguf`: about a model's shape and files, no forward pass.
+
+use crate::args::{JsonArgs, KvDtypeArg};
+use crate::print;
+use clap::{Args, ValueEnum};
+use kvlab::error::{Error, Result};
+use kvlab::gguf::OutDtype;
+use kvlab::kv_size::KvShape;
+use kvlab::Config;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct KvSizeArgs {
+    /// Read the shape from this model folder's config.json.
+    #[arg(long, conflicts_with_all = ["layers", "kv_heads", "head_dim"])]
+    pub model: Option<PathBuf>,
+    #[arg(long)]
+    pub layers: Option<usize>,
+    #[arg(long)]
+    pub kv_heads: Option<usize>,
+    #[arg(long)]
+    pub head_dim: Option<usize>,
+    /// Type of the cached values (kvlab's CPU cache is f32; GPUs usually bf16).
+    #[arg(long, value_enum, default_value_t = KvDtypeArg::Bf16)]
+    pub dtype: KvDtypeArg,
+    #[arg(long)]
+    pub seq_len: usize,
+    /// Concurrent sequences.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    #[command(flatten)]
+    pub out: JsonArgs,
+}
+
+#[derive(Args)]
+pub struct ImportArgs {
+    /// The .gguf file.
+    pub gguf: PathBuf,
+    /// Output folder (created).
+    pub out_dir: PathBuf,
+    /// Weight type written to model.safetensors. f32 keeps the dequantized values exactly.
+    #[arg(long, value_enum, default_value_t = ImportDtype::F32)]
+    pub dtype: ImportDtype,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ImportDtype {
+    F32,
+    Bf16,
+}
+
+pub fn kv_size(args: KvSizeArgs) -> Result<()> {
+    let dtype = args.dtype.into();
+    let shape = if let Some(dir) = &args.model {
+        KvShape::of(&Config::from_file(&dir.join("config.json"))?, dtype)
+    } else {
+        let missing = |name: &str| {
+            Error::InvalidArgument(format!(
+                "give --model DIR, or all of --layers, --kv-heads and --head-dim (missing --{name})"
+            ))
+        };
+        KvShape {
+            layers: args.layers.ok_or_else(|| missing("layers"))?,
+            kv_heads: args.kv_heads.ok_or_else(|| missing("kv-heads"))?,
+            head_dim: args.head_dim.ok_or_else(|| missing("head-dim"))?,
+            dtype,
+        }
+    };
+    let report = shape.report(args.seq_len, args.batch);
+    if args.out.json {
+        return print::json(&report);
+    }
+    print::kv_size(&report);
+    Ok(())
+}
+
+pub fn import_gguf(args: ImportArgs) -> Result<()> {
+    let dtype = match args.dtype {
+        ImportDtype::F32 => OutDtype::F32,
+        ImportDtype::Bf16 => OutDtype::Bf16,
+    };
+    let report = kvlab::gguf::import_gguf(&args.gguf, &args.out_dir, dtype)?;
+    println!("{report}");
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! The `kvlab` command line: generate, compare the two paths, size a KV cache, import a
+//! GGUF, a zero-setup demo, and the experiments (bench, trace, capacity, prefix, chat,
+//! bench-cache).
+//!
+//! The rule (src/lib.rs): the library computes and returns `Serialize` reports; this
+//! binary parses arguments (`args.rs`, one shared group per concern), calls the library
+//! (`cmd/`), and prints a text table (`print.rs`) or, with `--json`, the report itself.
+//!
+//! Weights: every command that runs a model takes `--model DIR` (default
+//! models/smollm2-135m-instruct) or `--random-weights` (seeded weights of SmolLM2-135M's
+//! shape, same cost, no tokenizer). Only `kvlab demo` falls back to random weights by
+//! itself when the model folder is absent, so that it runs with zero set-up.
+
+mod args;
+mod cmd;
+mod print;
+
+use clap::{Parser, Subcommand};
+use cmd::bench::{BenchArgs, BenchCacheArgs};
+use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
+use cmd::chat::ChatArgs;
+use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
+use cmd::model::{ImportArgs, KvSizeArgs};
+
+#[derive(Parser)]
+#[command(
+    name = "kvlab",
+    version,
+    about = "Why the first token is slow and the rest are fast: a Llama forward pass, naive and KV-cached",
+    after_help = "Weights: --model DIR (default models/smollm2-135m-instruct, fetched by `bash scripts/fetch-smollm2.sh`) or --random-weights. Only `kvlab demo` falls back to random weights when the model folder is absent."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt, streaming tokens as they come.
+    Generate(GenerateArgs),
+    /// Run the naive and the cached path on the same request: same tokens? how much faster?
+    Compare(CompareArgs),
+    /// KV cache size: 2 x layers x kv_heads x head_dim x seq_len x bytes (x batch).
+    KvSize(KvSizeArgs),
+    /// Convert a GGUF file (llama.cpp) into a Hugging Face model folder.
+    ImportGguf(ImportArgs),
+    /// Zero set-up: compare both paths on SmolLM2 (or, if it is absent, a random model of its shape).
+    Demo(DemoArgs),
+    /// Measure prefill throughput and per-token latency of both paths at several contexts
+    /// (with --device cuda: the GPU against its memory-bandwidth roofline).
+    Bench(BenchArgs),
+    /// Trace the KV cache's memory and step time, token by token, in several layouts (CSV + SVG).
+    Trace(TraceArgs),
+    /// How many requests fit in a memory budget: preallocated by max_new_tokens vs paged.
+    Capacity(CapacityArgs),
+    /// N requests sharing a long system prompt, with and without prefix caching: TTFT and KV bytes.
+    Prefix(PrefixArgs),
+    /// Multi-turn chat that keeps its KV cache between turns (user messages: one per stdin line).
+    Chat(ChatArgs),
+    /// Decode speed of every cache layout at a context, and prefix-hit vs cold TTFT.
+    BenchCache(BenchCacheArgs),
+}
+
+fn main() {
+    let result = match Cli::parse().command {
+        Command::Generate(args) => cmd::generate::generate(args),
+        Command::Compare(args) => cmd::generate::compare(args),
+        Command::KvSize(args) => cmd::model::kv_size(args),
+        Command::ImportGguf(args) => cmd::model::import_gguf(args),
+        Command::Demo(args) => cmd::generate::demo(args),
+        Command::Bench(args) => cmd::bench::bench(args),
+        Command::Trace(args) => cmd::cache::trace(args),
+        Command::Capacity(args) => cmd::cache::capacity(args),
+        Command::Prefix(args) => cmd::cache::prefix(args),
+        Command::Chat(args) => cmd::chat::chat(args),
+        Command::BenchCache(args) => cmd::bench::bench_cache(args),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}

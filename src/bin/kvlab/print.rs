@@ -1,0 +1,347 @@
+//! Every text table `kvlab` prints, one function per report, and `--json`. The library
+//! returns the reports (`Serialize`); only this file decides how they look on a terminal.
+
+use kvlab::error::{Error, Result};
+use kvlab::generate::Generation;
+use kvlab::kv_size::KvSizeReport;
+use kvlab::lab::bench::BenchReport;
+use kvlab::lab::cache_bench::CacheBench;
+use kvlab::lab::capacity::CapacityReport;
+use kvlab::lab::compare::Comparison;
+use kvlab::lab::shared_prompt::PrefixReport;
+use kvlab::lab::trace::TraceRow;
+
+/// `--json`: the report as one pretty-printed JSON object.
+pub fn json(value: &impl serde::Serialize) -> Result<()> {
+    println!("{}", to_json(value, true)?);
+    Ok(())
+}
+
+/// The report as JSON text, pretty or on one line.
+pub fn to_json(value: &impl serde::Serialize, pretty: bool) -> Result<String> {
+    let text = if pretty {
+        serde_json::to_string_pretty(value)
+    } else {
+        serde_json::to_string(value)
+    };
+    text.map_err(|e| Error::Internal(format!("cannot serialise the report: {e}")))
+}
+
+pub fn human_bytes(bytes: usize) -> String {
+    let b = bytes as f64;
+    if b >= 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.2} GiB", b / (1024.0 * 1024.0 * 1024.0))
+    } else if b >= 1024.0 * 1024.0 {
+        format!("{:.2} MiB", b / (1024.0 * 1024.0))
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// One generation's figures on one line (`generate`, `compare`).
+pub fn summary(g: &Generation) -> String {
+    format!(
+        "[{:?}] prompt {} tokens, generated {} ({:?}) | TTFT {:.1} ms ({:.0} prompt tok/s) | TPOT {:.1} ms ({:.1} tok/s) | KV cache {} reserved, {} used",
+        g.path,
+        g.prompt_ids.len(),
+        g.generated_ids.len(),
+        g.stop_reason,
+        g.ttft_ms,
+        g.prefill_tok_s,
+        g.tpot_ms,
+        g.decode_tok_s,
+        human_bytes(g.kv_cache_bytes),
+        human_bytes(g.kv_cache_bytes_used),
+    )
+}
+
+/// `kvlab compare` / `kvlab demo`.
+pub fn comparison(c: &Comparison) {
+    if !c.cached.text.is_empty() {
+        println!("text: {:?}\n", c.cached.text);
+    }
+    println!(
+        "{:>6} {:>8} | {:>11} {:>11} | {:>11} {:>11} {:>6} | {:>12} {:>12}",
+        "token",
+        "context",
+        "naive step",
+        "cached step",
+        "naive mean",
+        "cached mean",
+        "ratio",
+        "naive total",
+        "cached total"
+    );
+    for p in &c.checkpoints {
+        println!(
+            "{:>6} {:>8} | {:>8.1} ms {:>8.1} ms | {:>8.1} ms {:>8.1} ms {:>5.1}x | {:>9.1} ms {:>9.1} ms",
+            p.token,
+            p.context,
+            p.naive_step_ms,
+            p.cached_step_ms,
+            p.naive_mean_step_ms,
+            p.cached_mean_step_ms,
+            p.naive_mean_step_ms / p.cached_mean_step_ms,
+            p.naive_cumulative_ms,
+            p.cached_cumulative_ms
+        );
+    }
+    println!(
+        "(token 1 is the prefill: its time is TTFT. mean: the mean step since the previous row; \
+         ratio: naive mean / cached mean. context: tokens the step attends to.)"
+    );
+    println!();
+    println!("{}", summary(&c.naive));
+    println!("{}", summary(&c.cached));
+    println!(
+        "identical tokens: {} | speedup (naive total / cached total): {:.1}x",
+        c.identical, c.speedup
+    );
+}
+
+/// `kvlab kv-size`.
+pub fn kv_size(r: &KvSizeReport) {
+    let shape = &r.shape;
+    println!(
+        "2 (K,V) x {} layers x {} kv heads x {} head_dim x {} bytes ({:?}) = {} bytes per token ({})",
+        shape.layers,
+        shape.kv_heads,
+        shape.head_dim,
+        shape.dtype.bytes(),
+        shape.dtype,
+        r.bytes_per_token,
+        human_bytes(r.bytes_per_token)
+    );
+    println!(
+        "x {} tokens x {} sequence(s) = {} bytes ({:.2} GB, {})",
+        r.seq_len,
+        r.batch,
+        r.bytes,
+        r.bytes as f64 / 1e9,
+        human_bytes(r.bytes)
+    );
+}
+
+/// `kvlab bench` on the CPU.
+pub fn bench(r: &BenchReport) {
+    println!(
+        "kvlab bench — {} ({} params) on {}",
+        r.model, r.n_params, r.machine
+    );
+    println!("\nprefill (预填充): the whole prompt in one pass — compute-bound");
+    println!(
+        "{:>8} {:>10} {:>10} {:>9}",
+        "prompt", "TTFT ms", "tok/s", "GFLOP/s"
+    );
+    for p in &r.prefill {
+        println!(
+            "{:>8} {:>10.1} {:>10.1} {:>9.1}",
+            p.prompt_len, p.ttft_ms, p.tok_s, p.gflop_s
+        );
+    }
+    println!("\nper-token latency (解码 decode) at a given context: naive recompute vs KV cache");
+    println!(
+        "{:>8} {:>12} {:>12} {:>9}",
+        "context", "naive ms", "cached ms", "speedup"
+    );
+    for s in &r.steps {
+        println!(
+            "{:>8} {:>12.1} {:>12.2} {:>8.1}x",
+            s.context, s.naive_ms, s.cached_ms, s.speedup
+        );
+    }
+    println!(
+        "\ncached decode: {:.1} tok/s, reading {:.0} MB per token = {:.1} GB/s of the {:.1} GB/s this machine reads ({:.0}% of the memory roof) — memory-bound",
+        r.decode_tok_s,
+        r.decode_bytes_per_token / 1e6,
+        r.decode_gb_s,
+        r.memory_gb_s,
+        100.0 * r.decode_roofline_fraction
+    );
+}
+
+/// `kvlab bench --device cuda`.
+#[cfg(feature = "cuda")]
+pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
+    use kvlab::cuda::{AttentionVersion, MatmulVersion};
+    println!(
+        "kvlab bench — {} ({} params) on {}",
+        r.model, r.n_params, r.device
+    );
+    println!(
+        "decode: {} greedy tokens after a prompt of `context` tokens; {:.1} MB of weights read per token (+ the KV cache); roofline = bytes per token / {:.1e} B/s (H200 HBM)",
+        r.decode_tokens,
+        r.weight_bytes_per_token as f64 / 1e6,
+        r.peak_bytes_per_s
+    );
+    println!(
+        "{:>5} {:>6} {:>5} {:>7} | {:>10} {:>11} | {:>9} {:>8} {:>12} | {:>10} | {:>9} {:>7} {:>9}",
+        "wts",
+        "matmul",
+        "attn",
+        "context",
+        "prefill",
+        "prefill/s",
+        "decode",
+        "tok/s",
+        "tok/s(argmx)",
+        "naive step",
+        "MB/token",
+        "of HBM",
+        "launches"
+    );
+    let v = |v2: bool| if v2 { "v2" } else { "v1" };
+    for row in &r.rows {
+        println!(
+            "{:>5} {:>6} {:>5} {:>7} | {:>7.2} ms {:>11.0} | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms | {:>9.1} {:>6.1}% {:>9.0}",
+            row.weights.name(),
+            v(row.matmul == MatmulVersion::V2),
+            v(row.attention == AttentionVersion::V2),
+            row.context,
+            row.prefill_ms,
+            row.prefill_tok_s,
+            row.decode_ms,
+            row.decode_tok_s,
+            row.decode_device_argmax_tok_s,
+            row.naive_step_ms,
+            row.bytes_per_token as f64 / 1e6,
+            row.hbm_fraction * 100.0,
+            row.launches_per_token
+        );
+    }
+}
+
+/// `kvlab bench-cache`.
+pub fn cache_bench(r: &CacheBench) {
+    println!(
+        "kvlab bench-cache — {} on {}, block size {}, median of {} reps",
+        r.model, r.machine, r.block_size, r.reps
+    );
+    println!(
+        "\ndecode: one token at a given context, per cache layout\n{:>8} {:>13} {:>9} {:>8} {:>16}",
+        "context", "layout", "ms", "tok/s", "vs preallocated"
+    );
+    for d in &r.decode {
+        println!(
+            "{:>8} {:>13} {:>9.2} {:>8.1} {:>15.1}%",
+            d.context,
+            d.layout.name(),
+            d.ms,
+            d.tok_s,
+            100.0 * d.vs_preallocated
+        );
+    }
+    if let Some(p) = &r.prefix {
+        println!(
+            "\nTTFT, {} shared + {} own tokens: cold {:.1} ms, prefix hit {:.1} ms ({} positions reused) = {:.1}x faster",
+            p.shared_len, p.suffix_len, p.cold_ms, p.hit_ms, p.reused, p.speedup
+        );
+    }
+}
+
+/// `kvlab trace`: one line per layout, from its rows.
+pub fn trace(rows: &[TraceRow]) {
+    println!(
+        "{:>13} {:>6} {:>10} {:>12} {:>12} {:>12} {:>12}",
+        "layout", "steps", "positions", "reserved", "used", "peak waste", "copied"
+    );
+    let mut layouts: Vec<_> = rows.iter().map(|r| r.layout).collect();
+    layouts.dedup();
+    for layout in layouts {
+        let mine: Vec<_> = rows.iter().filter(|r| r.layout == layout).collect();
+        let Some(last) = mine.last() else { continue };
+        let waste = mine
+            .iter()
+            .map(|r| r.bytes_reserved - r.bytes_used)
+            .max()
+            .unwrap_or(0);
+        println!(
+            "{:>13} {:>6} {:>10} {:>12} {:>12} {:>12} {:>12}",
+            layout.name(),
+            last.step,
+            last.positions,
+            human_bytes(last.bytes_reserved),
+            human_bytes(last.bytes_used),
+            human_bytes(waste),
+            human_bytes(last.bytes_copied)
+        );
+    }
+}
+
+/// `kvlab capacity`.
+pub fn capacity(r: &CapacityReport, max_prompt: usize, seed: u64) {
+    println!(
+        "budget {} ({} bytes) of f32 KV cache, {} per token; requests: prompt 16..{} tokens (mean {:.0}), output 1..{} (mean {:.0}), seed {}",
+        human_bytes(r.budget_bytes),
+        r.budget_bytes,
+        human_bytes(r.bytes_per_token),
+        max_prompt,
+        r.mean_prompt_len,
+        r.max_new_tokens,
+        r.mean_output_len,
+        seed
+    );
+    println!(
+        "\n{:>34} {:>9} {:>12} {:>12} {:>7}",
+        "", "requests", "reserved", "live", "waste"
+    );
+    for (name, f) in [
+        (
+            format!("preallocated (prompt + {})", r.max_new_tokens),
+            &r.preallocated,
+        ),
+        (format!("paged (blocks of {})", r.block_size), &r.paged),
+    ] {
+        println!(
+            "{:>34} {:>9} {:>12} {:>12} {:>6.1}%",
+            name,
+            f.requests,
+            human_bytes(f.bytes_reserved),
+            human_bytes(f.bytes_live),
+            100.0 * f.waste
+        );
+    }
+    println!(
+        "\npaging fits {:.2}x as many concurrent requests in the same memory",
+        r.gain
+    );
+    if r.paged.requests == r.offered {
+        println!(
+            "(every offered request fit: raise --requests or lower --budget to see the limit)"
+        );
+    }
+}
+
+/// `kvlab prefix`.
+pub fn prefix(r: &PrefixReport) {
+    println!(
+        "{:>8} | {:>28} | {:>28}",
+        "request", "without prefix caching", "with prefix caching"
+    );
+    for (i, (a, b)) in r.without.requests.iter().zip(&r.with.requests).enumerate() {
+        println!(
+            "{:>8} | TTFT {:>9.1} ms, {:>5} computed | TTFT {:>9.1} ms, {:>5} reused",
+            i + 1,
+            a.ttft_ms,
+            a.computed,
+            b.ttft_ms,
+            b.reused
+        );
+    }
+    println!(
+        "\nrequests 2..{}: mean TTFT {:.1} ms -> {:.1} ms ({:.1}x faster)",
+        r.n_requests, r.without.later_ttft_ms, r.with.later_ttft_ms, r.ttft_speedup
+    );
+    println!(
+        "KV cache held by all {} requests: {} -> {} ({:.1}x less; {} block hits, {} misses)",
+        r.n_requests,
+        human_bytes(r.without.kv_bytes),
+        human_bytes(r.with.kv_bytes),
+        r.kv_ratio,
+        r.with.prefix_hits,
+        r.with.prefix_misses
+    );
+    println!("same tokens with and without: {}", r.identical_tokens);
+}

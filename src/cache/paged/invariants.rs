@@ -1,0 +1,95 @@
+//! The paged allocator's invariants, checked by the property tests (`tests/caches.rs`)
+//! after every operation of random interleavings. Book: paged-attention.md.
+
+use super::{BlockId, PagedCache};
+use std::collections::{HashMap, HashSet};
+
+impl PagedCache {
+    // ANCHOR: invariants
+    /// The allocator's invariants, checked by the property tests after every operation:
+    /// 1. a block's reference count is the number of block tables that hold it;
+    /// 2. a block nobody holds is on the free list or parked, never both;
+    /// 3. free + used + cached = pool size;
+    /// 4. every name points at a block that carries it, and parked blocks are named;
+    /// 5. between passes, a sequence holds exactly `ceil(len / block_size)` blocks
+    ///    (waste < one block) and its named blocks hold its own tokens.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let bs = self.pool.block_size();
+        let n = self.pool.n_blocks();
+        let mut holders = vec![0u32; n];
+        for seq in self.seqs.values() {
+            for &b in &seq.blocks {
+                holders[b] += 1;
+            }
+        }
+        let free: HashSet<BlockId> = self.pool.free_list().iter().copied().collect();
+        if free.len() != self.pool.free_list().len() {
+            return Err("a block is on the free list twice".into());
+        }
+        let named = |b| self.prefix.as_ref().is_some_and(|p| p.is_named(b));
+        let parked = |b| self.prefix.as_ref().is_some_and(|p| p.is_parked(b));
+        for (b, &held) in holders.iter().enumerate() {
+            let rc = self.pool.ref_count(b);
+            if held != rc {
+                return Err(format!(
+                    "block {b}: ref count {rc} but {held} tables hold it"
+                ));
+            }
+            let places = free.contains(&b) as u32 + parked(b) as u32 + (rc > 0) as u32;
+            if places != 1 {
+                return Err(format!(
+                    "block {b}: ref count {rc}, free {}, parked {}",
+                    free.contains(&b),
+                    parked(b)
+                ));
+            }
+            if (free.contains(&b) && named(b)) || (parked(b) && !named(b)) {
+                return Err(format!("block {b}: free and named, or parked and unnamed"));
+            }
+        }
+        let s = self.stats();
+        if s.free + s.used + s.cached != n {
+            return Err(format!(
+                "free {} + used {} + cached {} != {n} blocks",
+                s.free, s.used, s.cached
+            ));
+        }
+        if let Some(p) = &self.prefix {
+            let mut seen = HashMap::new();
+            for (hash, b) in p.names() {
+                if p.key(b).map(|k| k.hash) != Some(hash) || seen.insert(b, hash).is_some() {
+                    return Err(format!(
+                        "name {hash:x} points at block {b}, which is not it"
+                    ));
+                }
+            }
+        }
+        for (id, seq) in &self.seqs {
+            if seq.pending.is_empty() && seq.blocks.len() != seq.len.div_ceil(bs) {
+                return Err(format!(
+                    "{id:?}: {} positions in {} blocks",
+                    seq.len,
+                    seq.blocks.len()
+                ));
+            }
+            if seq.tokens.len() != seq.len {
+                return Err(format!(
+                    "{id:?}: {} token ids for {} positions",
+                    seq.tokens.len(),
+                    seq.len
+                ));
+            }
+            for (i, &b) in seq.blocks.iter().enumerate() {
+                let Some(key) = self.prefix.as_ref().and_then(|p| p.key(b)) else {
+                    continue;
+                };
+                let mine = &seq.tokens[(i * bs).min(seq.len)..((i + 1) * bs).min(seq.len)];
+                if key.tokens[..mine.len()] != *mine {
+                    return Err(format!("{id:?}: block {b} is named for other tokens"));
+                }
+            }
+        }
+        Ok(())
+    }
+    // ANCHOR_END: invariants
+}

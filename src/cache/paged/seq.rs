@@ -1,0 +1,79 @@
+//! One sequence of a [`PagedCache`], as the model sees it: the [`KvStore`] verbs on a
+//! block table (PagedAttention, Kwon et al. 2023, §4.3). Each verb is one of
+//! `PagedCache`'s write-path methods (`prepare_seq`, `write_seq`, ... in `paged/mod.rs`).
+//! Book: paged-attention.md.
+
+use super::{PagedCache, SeqId, Sequence};
+use crate::attention::KvView;
+use crate::cache::KvStore;
+use crate::config::Config;
+use crate::error::Result;
+use std::borrow::BorrowMut;
+
+// ANCHOR: paged_seq
+/// One sequence of a [`PagedCache`] behind the [`KvStore`] verbs. `C` is
+/// `&mut PagedCache` when many sequences share the pool (`cache.seq(id)`), or an owned
+/// `PagedCache` holding one sequence ([`PagedSeq::single`], what `--cache paged` uses).
+pub struct PagedSeq<C> {
+    pub(super) cache: C,
+    pub(super) id: SeqId,
+}
+// ANCHOR_END: paged_seq
+
+impl PagedSeq<PagedCache> {
+    /// A pool of `n_blocks` blocks with one sequence in it.
+    pub fn single(
+        config: &Config,
+        block_size: usize,
+        n_blocks: usize,
+        prefix_caching: bool,
+    ) -> Result<PagedSeq<PagedCache>> {
+        let mut cache = PagedCache::new(config, block_size, n_blocks, prefix_caching)?;
+        let id = cache.add_sequence();
+        Ok(PagedSeq { cache, id })
+    }
+}
+
+impl<C: BorrowMut<PagedCache>> PagedSeq<C> {
+    pub fn id(&self) -> SeqId {
+        self.id
+    }
+    pub fn cache(&self) -> &PagedCache {
+        self.cache.borrow()
+    }
+    fn seq(&self) -> &Sequence {
+        &self.cache.borrow().seqs[&self.id]
+    }
+}
+
+impl<C: BorrowMut<PagedCache>> KvStore for PagedSeq<C> {
+    fn len(&self) -> usize {
+        self.seq().len
+    }
+    fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
+        self.cache.borrow_mut().prepare_seq(self.id, tokens)
+    }
+    fn write(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        self.cache.borrow_mut().write_seq(self.id, layer, k, v)
+    }
+    fn read(&self, layer: usize, end: usize) -> KvView<'_> {
+        self.cache.borrow().read_seq(self.id, layer, end)
+    }
+    fn advance(&mut self, n: usize) {
+        self.cache.borrow_mut().advance_seq(self.id, n)
+    }
+    fn truncate(&mut self, len: usize) {
+        self.cache.borrow_mut().truncate_seq(self.id, len)
+    }
+    /// The blocks in this sequence's table (a block shared with others counts fully).
+    fn bytes_reserved(&self) -> usize {
+        self.seq().blocks.len() * self.cache().block_bytes
+    }
+    fn bytes_used(&self) -> usize {
+        self.seq().len * self.cache().token_bytes
+    }
+    /// Copy-on-write copies in the whole pool.
+    fn bytes_copied(&self) -> usize {
+        self.cache().bytes_copied
+    }
+}

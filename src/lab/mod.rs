@@ -1,0 +1,26 @@
+//! The experiments: code that *measures* the engine, kept apart from the engine itself.
+//! Each file is one experiment behind one `kvlab` command; each returns a `Serialize`
+//! report and prints nothing (the `kvlab` binary prints the tables, or `--json`).
+//!
+//! | file | command | chapter |
+//! |---|---|---|
+//! | [`compare`] | `kvlab compare`, `kvlab demo` | naive-vs-cached.md |
+//! | [`bench`] | `kvlab bench` (CPU) | prefill-decode.md, roofline.md |
+//! | `gpu_bench` | `kvlab bench --device cuda` (`--features cuda`) | roofline.md |
+//! | [`trace`] (+ [`svg`]) | `kvlab trace` | cache-layouts.md |
+//! | [`capacity`] | `kvlab capacity` | capacity.md |
+//! | [`shared_prompt`] | `kvlab prefix` | prefix-caching.md |
+//! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
+//!
+//! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
+
+pub mod bench;
+pub mod cache_bench;
+pub mod capacity;
+pub mod compare;
+#[cfg(feature = "cuda")]
+pub mod gpu_bench;
+pub mod shared_prompt;
+pub mod svg;
+pub mod timing;
+pub mod trace;
