@@ -2,12 +2,13 @@
 //! SmolLM2-135M-shaped random model (same shapes as the real one, so the same
 //! cost): per-token latency of the naive and the cached path at context 32,
 //! 128 and 512, and prefill throughput at 128 and 512 tokens. Then a summary a
-//! learner can read, with the speedups and the memory roofline.
+//! learner can read (JSON), with the speedups and the memory roofline.
 //!
 //! `cargo bench -- --quick` for a fast pass; `KVLAB_BENCH_SUMMARY=0` skips the summary.
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use kvlab::bench::{self, StepBench};
+use kvlab::lab::bench::{self, StepBench};
+use kvlab::lab::timing::synthetic_prompt;
 use kvlab::{Config, Model};
 use std::hint::black_box;
 use std::time::Duration;
@@ -42,7 +43,7 @@ fn prefill(c: &mut Criterion) {
         .sample_size(10)
         .measurement_time(Duration::from_secs(10));
     for n in [128, 512] {
-        let prompt = bench::synthetic_prompt(n, model.config.vocab_size);
+        let prompt = synthetic_prompt(n, model.config.vocab_size, 0);
         group.throughput(Throughput::Elements(n as u64));
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |bench, _| {
             bench.iter(|| {
@@ -71,8 +72,13 @@ fn summary() {
         3,
     )
     .expect("bench runs on a valid model");
+    // The same report `kvlab bench --random-weights --json` prints (`kvlab bench` draws it
+    // as tables: the library returns reports, the binary prints them).
     println!();
-    bench::print_report(&report);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report).expect("the report serialises")
+    );
 }
 
 criterion_group!(benches, per_token, prefill);

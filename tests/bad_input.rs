@@ -2,7 +2,8 @@
 
 mod common;
 
-use kvlab::generate::{generate, GenerateOptions, PathKind};
+use kvlab::backend::generate;
+use kvlab::generate::{GenerateOptions, PathKind};
 use kvlab::loader::{load_model, save_model};
 use kvlab::sampler::SamplerConfig;
 use kvlab::{Error, Model};

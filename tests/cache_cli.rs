@@ -168,6 +168,7 @@ fn capacity_fits_more_requests_when_paged() {
 fn prefix_reuses_the_shared_prompt_and_keeps_the_tokens() {
     let r = json(&[
         "prefix",
+        "--random-weights",
         "--requests",
         "3",
         "--shared-len",
@@ -200,6 +201,7 @@ fn prefix_reuses_the_shared_prompt_and_keeps_the_tokens() {
 fn bench_cache_reports_every_layout() {
     let r = json(&[
         "bench-cache",
+        "--random-weights",
         "--contexts",
         "8",
         "--reps",
@@ -218,7 +220,10 @@ fn bench_cache_reports_every_layout() {
         .collect();
     assert_eq!(layouts, ["preallocated", "growable", "paged", "prefix"]);
     assert_eq!(r["prefix"]["reused"], 32);
-    fails_with(&["bench-cache", "--contexts", "0"], "contexts must be");
+    fails_with(
+        &["bench-cache", "--random-weights", "--contexts", "0"],
+        "contexts must be",
+    );
 }
 
 #[test]
@@ -305,4 +310,48 @@ fn chat_keeps_its_cache_between_turns() {
     let paged = turns(&["--cache", "prefix", "--block-size", "4"]);
     assert_eq!(paged[1]["reply"], kept[1]["reply"]);
     assert_eq!(paged[1]["reused"], kept[1]["reused"]);
+}
+
+/// Random weights are asked for one way: `--random-weights`. Without it the experiments
+/// load `--model`, and a missing folder is an error that names it (no silent fallback).
+#[test]
+fn experiments_need_random_weights_asked_for() {
+    for command in ["prefix", "bench-cache", "bench"] {
+        fails_with(
+            &[command, "--model", "/nonexistent/kvlab-model"],
+            "not found",
+        );
+    }
+}
+
+/// `kvlab generate` prints the answer without the end-of-turn token's text; the JSON
+/// keeps every generated id.
+#[test]
+fn generate_prints_text_without_special_tokens() {
+    if !std::path::Path::new(MODEL_DIR).join("config.json").exists() {
+        eprintln!("SKIPPED: {MODEL_DIR} not found (bash scripts/fetch-smollm2.sh)");
+        return;
+    }
+    let args = [
+        "generate",
+        "--model",
+        MODEL_DIR,
+        "--chat",
+        "--prompt",
+        "Say hi.",
+        "--max-new-tokens",
+        "48",
+    ];
+    let text = ok(&args, "");
+    assert!(!text.contains("<|im_end|>"), "{text}");
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let g = json(&with_json);
+    let ids = g["generated_ids"].as_array().unwrap();
+    assert_eq!(
+        g["stop_reason"], "eos",
+        "the answer should end with <|im_end|>: {g}"
+    );
+    assert!(!ids.is_empty());
+    assert!(!g["text"].as_str().unwrap().contains("<|im_end|>"));
 }

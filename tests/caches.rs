@@ -5,11 +5,12 @@
 mod common;
 
 use common::{bits, tiny_config};
+use kvlab::backend::generate;
 use kvlab::cache::paged::PoolStats;
 use kvlab::cache::PreallocatedCache;
 use kvlab::cache::{new_store, CacheKind, GrowableCache, KvStore, PagedCache, PagedSeq, SeqId};
 use kvlab::chat::ChatSession;
-use kvlab::generate::{generate, GenerateOptions, PathKind};
+use kvlab::generate::{GenerateOptions, PathKind};
 use kvlab::model::KvSource;
 use kvlab::sampler::SamplerConfig;
 use kvlab::{Config, Error, Model};

@@ -18,16 +18,18 @@
 
 use half::bf16;
 use kvlab::attention::{attention_over, causal_attention, Heads, Paged};
+use kvlab::backend::generate;
+use kvlab::backend::{Backend, CacheLayout};
 use kvlab::cache::PreallocatedCache;
-use kvlab::compare::compare_with;
 use kvlab::cuda::gpu::probe_device;
 use kvlab::cuda::weights::{GpuMatrix, RopeTables};
 use kvlab::cuda::{
     bench, nvrtc, AttentionVersion, Gpu, GpuKvCache, GpuKvSource, GpuModel, MatmulVersion, RunState,
 };
-use kvlab::device::{Backend, Device, GpuDtype};
+use kvlab::device::{Device, GpuDtype};
 use kvlab::error::Error;
-use kvlab::generate::{generate, GenerateOptions, PathKind};
+use kvlab::generate::{GenerateOptions, PathKind};
+use kvlab::lab::compare::compare_with;
 use kvlab::model::KvSource;
 use kvlab::rng::Rng;
 use kvlab::sampler::SamplerConfig;

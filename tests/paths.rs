@@ -5,8 +5,9 @@
 mod common;
 
 use common::{bits, cached_step_logits, naive_step_logits, tiny_config};
+use kvlab::backend::generate;
 use kvlab::cache::PreallocatedCache;
-use kvlab::generate::{generate, GenerateOptions, PathKind};
+use kvlab::generate::{GenerateOptions, PathKind};
 use kvlab::model::KvSource;
 use kvlab::sampler::SamplerConfig;
 use kvlab::{Config, Model};

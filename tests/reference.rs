@@ -6,7 +6,8 @@
 //! command runs it first). Without it these tests FAIL, with that instruction;
 //! set KVLAB_ALLOW_MISSING_MODEL=1 to let them pass as skipped on purpose.
 
-use kvlab::generate::{generate, GenerateOptions, PathKind};
+use kvlab::backend::generate;
+use kvlab::generate::{GenerateOptions, PathKind};
 use kvlab::model::KvSource;
 use kvlab::sampler::SamplerConfig;
 use kvlab::tokenizer::{Message, Tokenizer};
