@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+#[cfg(feature = "cuda")]
+pub mod gpu;
+
 use kvlab::cache::PreallocatedCache;
 use kvlab::model::KvSource;
 use kvlab::{Config, Model};

@@ -1,0 +1,50 @@
+#![cfg(feature = "cuda")]
+//! `kvlab bench --device cuda`'s measurement (src/lab/gpu_bench.rs) on a small model:
+//! one row per matmul kernel and context, with figures that are finite and positive, and
+//! contexts that do not fit are an error. Speed itself is only reported, never asserted
+//! (scripts/gpu-check.sh runs `kvlab bench --device cuda` for the figures). Without a GPU
+//! the test prints `SKIPPED (no CUDA device): <reason>` and returns.
+
+mod common;
+
+use common::gpu::*;
+
+use kvlab::cuda::{GpuModel, MatmulVersion};
+use kvlab::device::GpuDtype;
+use kvlab::lab::gpu_bench;
+
+#[test]
+fn gpu_bench_reports_every_kernel_and_context() {
+    let Some(gpu) = gpu_or_skip("gpu_bench_reports_every_kernel_and_context") else {
+        return;
+    };
+    let small = small_models();
+    let (_, model) = &small[0];
+    let mut gm = GpuModel::upload_on(gpu, model, GpuDtype::F32).unwrap();
+    let contexts = [4, 9];
+    let report = gpu_bench::run(&mut gm, "small", model.n_params(), &contexts, 3).unwrap();
+    assert_eq!(report.rows.len(), 2 * contexts.len());
+    assert_eq!(
+        gm.matmul,
+        MatmulVersion::V2,
+        "the model's kernel is restored"
+    );
+    for row in &report.rows {
+        for figure in [
+            row.prefill_ms,
+            row.decode_ms,
+            row.naive_step_ms,
+            row.hbm_fraction,
+        ] {
+            assert!(figure.is_finite() && figure > 0.0, "{row:?}");
+        }
+        assert!(
+            row.bytes_per_token > 0 && row.launches_per_token > 0.0,
+            "{row:?}"
+        );
+    }
+    println!("{}", serde_json::to_string(&report).unwrap());
+    let max = model.config.max_position_embeddings;
+    assert!(gpu_bench::run(&mut gm, "small", model.n_params(), &[max], 3).is_err());
+    assert!(gpu_bench::run(&mut gm, "small", model.n_params(), &[0], 3).is_err());
+}
