@@ -29,21 +29,23 @@ prepare() {
     set -e
     echo "== building (release, --features cuda)"
     cargo build --release --features cuda
-    local test_bin
-    test_bin=$(cargo test --release --features cuda --test cuda --no-run 2>&1 |
-        tee /dev/stderr | sed -n 's/.*Executable tests\/cuda.rs (\(.*\))$/\1/p' | tail -1)
-    if [ -z "$test_bin" ] || [ ! -x "$test_bin" ]; then
-        echo "could not find the tests/cuda.rs binary in cargo's output" >&2
-        exit 1
-    fi
     mkdir -p "$BUNDLE"
     cp target/release/kvlab "$BUNDLE/kvlab"
-    cp "$test_bin" "$BUNDLE/cuda-tests"
-    strip "$BUNDLE/kvlab" "$BUNDLE/cuda-tests"
-    echo "== $BUNDLE (from $test_bin):"
+    local t test_bin
+    for t in cuda_kernels cuda_paths cuda_bench; do
+        test_bin=$(cargo test --release --features cuda --test "$t" --no-run 2>&1 |
+            tee /dev/stderr | sed -n "s/.*Executable tests\/$t.rs (\(.*\))\$/\1/p" | tail -1)
+        if [ -z "$test_bin" ] || [ ! -x "$test_bin" ]; then
+            echo "could not find the tests/$t.rs binary in cargo's output" >&2
+            exit 1
+        fi
+        cp "$test_bin" "$BUNDLE/${t//_/-}"
+    done
+    strip "$BUNDLE"/*
+    echo "== $BUNDLE:"
     ls -l "$BUNDLE"
     local glibc
-    glibc=$(objdump -T "$BUNDLE/kvlab" "$BUNDLE/cuda-tests" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
+    glibc=$(objdump -T "$BUNDLE"/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)
     echo "needs glibc >= ${glibc#GLIBC_} on the GPU machine; $(du -sh "$BUNDLE" | cut -f1) to carry (limit 64 MiB with the tree)"
     echo "now: run(command=\"bash scripts/gpu-check.sh\", carry=[\"$BUNDLE\"], timeout_s=540)"
 }
@@ -144,11 +146,14 @@ find_binary() { # $1: bundle name, $2: glob under target/release
 }
 
 run_check() {
-    local test_bin kvlab
-    test_bin=$(find_binary cuda-tests 'target/release/deps/cuda-*')
+    local test_bins=() t b kvlab
+    for t in cuda-kernels cuda-paths cuda-bench; do
+        b=$(find_binary "$t" "target/release/deps/${t//-/_}-*")
+        [ -n "$b" ] && test_bins+=("$b")
+    done
     kvlab=$(find_binary kvlab 'target/release/kvlab')
     echo "== kvlab GPU check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), in $PWD"
-    echo "   test binary: ${test_bin:-NOT FOUND}   kvlab: ${kvlab:-NOT FOUND}"
+    echo "   test binaries: ${test_bins[*]:-NOT FOUND}   kvlab: ${kvlab:-NOT FOUND}"
 
     echo "== 1. the GPU"
     local driver_cuda=""
@@ -166,23 +171,32 @@ run_check() {
     find_nvrtc "$driver_cuda"
 
     echo "== 3. CUDA tests (kernels vs CPU, naive == cached, GPU vs CPU)"
-    if [ -n "$test_bin" ]; then
-        if KVLAB_REQUIRE_GPU=1 timeout 420 "$test_bin" --test-threads=1 --nocapture; then
+    if [ "${#test_bins[@]}" -eq 3 ]; then
+        local failed=0
+        for b in "${test_bins[@]}"; do
+            echo "-- $b"
+            KVLAB_REQUIRE_GPU=1 timeout 240 "$b" --test-threads=1 --nocapture || failed=$?
+        done
+        if [ "$failed" -eq 0 ]; then
             record "3. tests" "PASS"
         else
-            record "3. tests" "FAIL (exit $?)"
+            record "3. tests" "FAIL (exit $failed)"
         fi
     else
-        record "3. tests" "no test binary (run \`bash scripts/gpu-check.sh prepare\` where cargo is)"
+        record "3. tests" "test binaries missing (run \`bash scripts/gpu-check.sh prepare\` where cargo is)"
     fi
 
-    echo "== 4. benchmark"
-    if [ -n "$test_bin" ]; then
-        if KVLAB_REQUIRE_GPU=1 timeout 300 "$test_bin" --ignored --exact gpu_bench --nocapture --test-threads=1; then
-            record "4. bench" "done"
-        else
-            record "4. bench" "FAIL (exit $?)"
-        fi
+    echo "== 4. benchmark: kvlab bench --device cuda (random SmolLM2-shaped model)"
+    if [ -n "$kvlab" ]; then
+        local dtype
+        for dtype in f32 bf16; do
+            if timeout 150 "$kvlab" bench --device cuda --gpu-dtype "$dtype" --random-weights \
+                --contexts "${KVLAB_BENCH_CONTEXTS:-128,512,1024}"; then
+                record "4. bench $dtype" "done"
+            else
+                record "4. bench $dtype" "FAIL (exit $?)"
+            fi
+        done
     fi
 
     echo "== 5. kvlab demo --device cuda (random SmolLM2-shaped model, 100-token prompt, 32 tokens)"

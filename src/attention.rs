@@ -1,4 +1,4 @@
-//! Causal self-attention with grouped-query heads (the seed's §2.1).
+//! Causal self-attention with grouped-query heads (book: attention.md, gqa.md).
 //!
 //! Each query is dotted with every key up to its own position, the scores are
 //! softmaxed, and the result weights the values:

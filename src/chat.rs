@@ -1,4 +1,4 @@
-//! A multi-turn chat that keeps its KV cache between turns (the seed's §5.2).
+//! A multi-turn chat that keeps its KV cache between turns (book: multi-turn.md).
 //!
 //! Turn 2's prompt is the whole conversation again, rendered by the chat template:
 //! system prompt, turn 1's question, turn 1's answer, the new question. Everything up

@@ -16,7 +16,7 @@ use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-/// The memory-mapped safetensors files of a model, and which file holds each tensor.
+/// The safetensors files of a model, read into memory, and which file holds each tensor.
 struct WeightFiles {
     maps: Vec<(PathBuf, Vec<u8>)>,
     /// tensor name → index into `maps`

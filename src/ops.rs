@@ -60,7 +60,7 @@ pub fn dot(x: &[f32], w: &[f32]) -> f32 {
 /// Prefill calls it with many rows: a matrix-matrix product, ~6 FLOPs per
 /// weight loaded from cache, compute-bound. Decode calls it with one row: a
 /// matrix-vector product, 2 FLOPs per weight streamed from memory,
-/// memory-bound (the seed's §1.3). Same arithmetic per element either way.
+/// memory-bound (book: roofline.md). Same arithmetic per element either way.
 pub fn matmul(x: &[f32], w: &[f32], out: &mut [f32], d_in: usize, d_out: usize) {
     let n = x.len() / d_in;
     assert_eq!(x.len(), n * d_in, "x is not [n, d_in]");

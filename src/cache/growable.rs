@@ -3,7 +3,7 @@
 //! This is what `Vec::push` does, and what Hugging Face's `DynamicCache` does with
 //! `torch.cat` at every step (there, without the doubling: each step copies the whole
 //! cache). It needs no guess of `max_new_tokens`, and its reservation follows the
-//! tokens in steps (the seed's §4.2). The price is paid at every growth:
+//! tokens in steps (book: cache-layouts.md). The price is paid at every growth:
 //!
 //! - **a copy of everything stored**: the new buffer is allocated, each layer's `len`
 //!   rows of K and V are copied over, the old buffer is dropped. With doubling, the
@@ -12,7 +12,7 @@
 //! - **a peak of old + new**: during the copy both buffers exist, up to 3x what is
 //!   stored, which is exactly when a memory-tight server runs out;
 //! - **the cache moves**: any pointer into it (a CUDA graph, a kernel argument) is
-//!   stale after a growth. Engines preallocate or page instead (§3.3, §3.4).
+//!   stale after a growth. Engines preallocate or page instead (book: cache-layouts.md, paged-attention.md).
 //!
 //! Layout: as the preallocated cache, `[n_layers, capacity, n_kv_heads, head_dim]`,
 //! so each layer's rows stay contiguous for attention; `capacity` changes on growth.

@@ -50,7 +50,6 @@ fn check(what: &str, len: usize, needed: usize) -> Result<()> {
     Ok(())
 }
 
-/// `v` as the kernels' `int`, or an error if it does not fit.
 /// The head shapes the attention kernels take: KV heads dividing the query heads, and
 /// heads no larger than the kernels' per-lane arrays.
 fn check_heads(what: &str, heads: Heads) -> Result<()> {
@@ -67,6 +66,7 @@ fn check_heads(what: &str, heads: Heads) -> Result<()> {
     Ok(())
 }
 
+/// `v` as the kernels' `int`, or an error if it does not fit.
 fn int(what: &str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| {
         Error::Cuda(format!(

@@ -1,5 +1,5 @@
 //! `kvlab capacity`: how many requests fit in one memory budget, preallocated vs paged
-//! (the seed's §3.3 and §3.4: "the same GPU serves several more concurrent requests").
+//! (book: capacity.md: "the same GPU serves several more concurrent requests").
 //!
 //! A preallocating engine must reserve `prompt + max_new_tokens` positions per request
 //! before decoding, because it cannot know when the model will stop. Most requests stop

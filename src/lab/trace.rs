@@ -2,7 +2,7 @@
 //!
 //! The same request runs once per layout. After each token the trace records what the
 //! cache reserves, what holds live positions, and how long the step took. Drawn side by
-//! side, the three shapes the seed describes appear:
+//! side, the three shapes of the book's cache-layouts.md appear:
 //! - preallocated: one big reservation before the first token, filled slowly;
 //! - growable: steps that double, each paid for with a copy of everything stored;
 //! - paged: a staircase of blocks that hugs the used line, never more than a block above.

@@ -1,5 +1,5 @@
 //! Prefix caching: full blocks named by what they hold, shared by every sequence that
-//! starts the same way (the seed's §3.4; vLLM's automatic prefix caching, SGLang's
+//! starts the same way (book: prefix-caching.md; vLLM's automatic prefix caching, SGLang's
 //! RadixAttention, Zheng et al. 2024).
 //!
 //! The K and V of position `i` depend on tokens `0..=i` and nothing else. So a block of
