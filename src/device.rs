@@ -1,5 +1,5 @@
 //! Where the forward pass runs, and in what number format: the CPU (always), or a CUDA
-//! GPU (`--features cuda`). Only the names live here; [`crate::backend`] turns them into
+//! GPU (`--features cuda`). Only the names live here; `src/backend.rs` turns them into
 //! a running model and its decoders.
 
 use serde::Serialize;
