@@ -53,8 +53,8 @@ impl BlockPool {
 
     /// Where position `pos` of `seq` lives: `(block, row within the block)`.
     pub fn locate(&self, seq: &Sequence, pos: usize) -> (usize, usize) {
-        // TODO: position `pos` is row `pos % block_size` of block number `pos / block_size`
-        // of the sequence, and the block table says which pool block that is.
+        // TODO: which of the *sequence's* blocks holds `pos` (its first, its second, ...),
+        // and which row inside that block? Which *pool* block is that, and who knows?
         let _ = (seq, pos);
         (0, 0)
     }
@@ -69,9 +69,11 @@ impl BlockPool {
     /// Appends one key (`[row]`) to `seq`.
     pub fn append(&mut self, seq: &mut Sequence, key: &[f32]) -> Result<(), OutOfBlocks> {
         assert_eq!(key.len(), self.row, "a key is [row]");
-        // TODO: if every block in the table is full (`len == table.len() * block_size`), take
-        // one off the free list (none left: Err(OutOfBlocks), with nothing changed) and push it
-        // to the table. Then write `key` where `locate` says position `len` lives, and count it.
+        // TODO: Questions:
+        // - At which values of `len` does the sequence need a new block? (An empty sequence
+        //   has none yet; after `block_size` appends its first block is full.)
+        // - If the pool has no free block, what must be unchanged when you return the error?
+        // - Once there is room, where does position `len` live, and what is counted?
         let _ = seq;
         Ok(())
     }

@@ -125,6 +125,24 @@ mod tests {
     }
 
     #[test]
+    fn an_evicted_block_ends_the_reuse() {
+        // The cache held blocks 0, 1 and 2 of this prompt; block 1 was evicted since.
+        let prompt: Vec<u32> = (0..13).collect();
+        let names = block_hashes(&prompt, 4);
+        let mut cached = cache_of(&prompt, 4);
+        assert!(cached.remove(&names[1]));
+        // Block 2 is still cached, but the prompt's positions 4..8 must be computed again,
+        // and a prefill fills the cache from its first missing position on: reuse stops at
+        // the hole (a `filter` that skips it would count 8).
+        assert!(cached.contains(&names[2]));
+        assert_eq!(reusable_len(&cached, &prompt, 4), 4);
+        // Block 0 evicted: nothing is reusable, though blocks 1 and 2 are cached.
+        let mut cached = cache_of(&prompt, 4);
+        cached.remove(&names[0]);
+        assert_eq!(reusable_len(&cached, &prompt, 4), 0);
+    }
+
+    #[test]
     fn the_last_prompt_token_is_always_computed() {
         let prompt: Vec<u32> = (0..12).collect(); // exactly 3 blocks
         let cached = cache_of(&prompt, 4);
