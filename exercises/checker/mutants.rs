@@ -16,8 +16,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::build::{build_and_test, excerpt, Outcome};
+use crate::exercises_dir;
 use crate::info::{Exercise, Mutant};
-use crate::{build_and_test, excerpt, exercises_dir, Outcome};
 
 /// What became of one mutant.
 pub struct MutantVerdict {
