@@ -8,14 +8,13 @@
 //! vLLM's automatic prefix caching names each full block with a *chained* hash:
 //! `hash(block b) = H(hash(block b - 1), tokens of block b)`, with no parent for block 0.
 //! Equal names mean equal prefixes; a one-token difference changes the name of its block
-//! and of every block after it. A new request walks its prompt block by block, reuses every
-//! block whose name is cached, and stops at the first miss (kvlab: `src/cache/prefix.rs`).
+//! and of every block after it. A new request walks its prompt block by block and reuses
+//! the cached ones it can (kvlab: `src/cache/prefix.rs`); which ones it can is the question.
 //!
 //! Two details every engine has:
 //! - only full blocks are named (a partial block's content is still changing);
 //! - at least the last prompt token is computed, even when every block is cached: its
-//!   logits are the first output token. So a prompt of exactly `k` full blocks reuses at
-//!   most `k - 1` of them.
+//!   logits are the first output token.
 
 use std::collections::HashSet;
 
