@@ -4,31 +4,41 @@
 //! its worked solution sits at the same path under `solutions/`. The checker compiles each
 //! file with plain `rustc --edition 2021 --test` and runs the resulting test binary: no
 //! crates and no Cargo project per exercise, so a full run takes seconds on a fresh machine.
-//! The list of exercises, in order, and their hints live in `info.toml`.
+//! The list of exercises, in order, and their hints live in `info.toml`; the planted wrong
+//! answers that `verify` proves the tests catch live in `mutants.toml` (see
+//! `checker/mutants.rs`).
 //!
 //! Usage (from the repository root):
 //!
 //! ```text
 //! cargo run --manifest-path exercises/Cargo.toml -- check     # learner: what passes, what is next
 //! cargo run --manifest-path exercises/Cargo.toml -- run 3     # compile + test one exercise, full output
-//! cargo run --manifest-path exercises/Cargo.toml -- hint 3    # exercise 3's hint (no N: the next one's)
-//! cargo run --manifest-path exercises/Cargo.toml -- verify    # CI: every stub fails, every solution passes
+//! cargo run --manifest-path exercises/Cargo.toml -- hint 3    # a nudge for exercise 3 (no N: the next one)
+//! cargo run --manifest-path exercises/Cargo.toml -- hint 3 2  # a stronger nudge, where there is one
+//! cargo run --manifest-path exercises/Cargo.toml -- verify    # CI: stubs fail, solutions pass, mutants fail
 //! ```
+//!
+//! A hint is shown only when asked for, and it points at the idea, the formula or the
+//! failure mode, never at the line to type: working it out is the exercise.
+
+#[path = "checker/build.rs"]
+mod build;
+#[path = "checker/info.rs"]
+mod info;
+#[path = "checker/mutants.rs"]
+mod mutants;
 
 use std::env;
-use std::fs::{self, File};
-use std::io;
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitCode};
 
-/// A learner's infinite loop must not hang the checker; real exercise tests take milliseconds.
-const TEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// How many lines of compiler or test output `check` shows for the next exercise.
-const EXCERPT_LINES: usize = 40;
+use build::{
+    build_and_test, excerpt, par_map, rustc_test, source_arg, test_binary, Outcome, TEST_TIMEOUT,
+};
+use info::{find_exercise, load_exercises, load_mutants, Exercise};
+use mutants::{verify_mutant, MutantVerdict};
+
 const CMD: &str = "cargo run --manifest-path exercises/Cargo.toml --";
 /// A stub's parameters are unused until the learner writes the body; a screen of
 /// "unused variable" warnings would bury the test results, so learner builds allow them.
@@ -38,10 +48,11 @@ const LEARNER_FLAGS: &[&str] = &["-A", "unused_variables"];
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let arg1 = args.get(1).map(String::as_str);
+    let arg2 = args.get(2).map(String::as_str);
     let result = match args.first().map(String::as_str) {
         None | Some("check") => cmd_check(),
         Some("run") => cmd_run(arg1),
-        Some("hint") => cmd_hint(arg1),
+        Some("hint") => cmd_hint(arg1, arg2),
         Some("verify") => cmd_verify(),
         Some("help" | "-h" | "--help") => {
             print_usage();
@@ -67,39 +78,20 @@ fn print_usage() {
         "  check      compile and test every exercise; show the first unfinished one (default)"
     );
     eprintln!("  run N      compile and test exercise N (its number or name) with full output");
-    eprintln!(
-        "  hint [N]   print exercise N's hint; without N, the hint of the first unfinished one"
-    );
+    eprintln!("  hint [N]   a nudge for exercise N; without N, for the first unfinished one");
+    eprintln!("  hint N 2   a stronger nudge for exercise N, where it has one");
     eprintln!(
         "  verify     CI mode: every stub must compile and FAIL its tests, every solution PASS,"
     );
-    eprintln!("             solutions must be rustfmt- and clippy-clean and keep the stub's tests");
+    eprintln!(
+        "             every mutant (mutants.toml: a planted wrong answer) FAIL; solutions must"
+    );
+    eprintln!("             be rustfmt- and clippy-clean and keep the stub's tests");
 }
 
 // ---------------------------------------------------------------------------------------
-// The exercise list: info.toml
+// Where things are
 // ---------------------------------------------------------------------------------------
-
-struct Exercise {
-    /// 1-based position in info.toml; the directory must start with the same `NN_`.
-    number: usize,
-    name: String,
-    /// Relative to `exercises/`, e.g. `01_softmax/softmax.rs`.
-    path: String,
-    hint: String,
-}
-
-impl Exercise {
-    fn stub(&self) -> PathBuf {
-        exercises_dir().join(&self.path)
-    }
-    fn solution(&self) -> PathBuf {
-        exercises_dir().join("solutions").join(&self.path)
-    }
-    fn label(&self) -> String {
-        format!("{:02} {}", self.number, self.name)
-    }
-}
 
 /// The directory holding this crate, so the checker works from any cwd. `cargo run` sets
 /// CARGO_MANIFEST_DIR at run time too; the compile-time value covers running the binary
@@ -117,282 +109,6 @@ fn build_dir(kind: &str, ex: &Exercise) -> PathBuf {
         .join("exercises")
         .join(kind)
         .join(dir)
-}
-
-fn load_exercises() -> Result<Vec<Exercise>, String> {
-    let path = exercises_dir().join("info.toml");
-    let text =
-        fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    parse_info(&text)
-}
-
-/// Parses the small subset of TOML that info.toml uses: `# comments`, `[[exercises]]`
-/// tables, and `key = "string"` or `key = """multi-line string"""` for the keys `name`,
-/// `path` and `hint`. Hand-written so that the checker needs no crates.
-fn parse_info(text: &str) -> Result<Vec<Exercise>, String> {
-    let mut list: Vec<Exercise> = Vec::new();
-    let mut lines = text.lines().enumerate();
-    while let Some((i, raw)) = lines.next() {
-        let at = |msg: &str| format!("info.toml line {}: {msg}", i + 1);
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if line == "[[exercises]]" {
-            list.push(Exercise {
-                number: list.len() + 1,
-                name: String::new(),
-                path: String::new(),
-                hint: String::new(),
-            });
-            continue;
-        }
-        let (key, value) = line
-            .split_once('=')
-            .ok_or_else(|| at("expected `key = value`"))?;
-        let (key, value) = (key.trim(), value.trim());
-        let value = if let Some(rest) = value.strip_prefix("\"\"\"") {
-            // Multi-line string. As in TOML, a newline right after the opening quotes is dropped.
-            let mut s = String::new();
-            if let Some(end) = rest.find("\"\"\"") {
-                s.push_str(&rest[..end]);
-            } else {
-                if !rest.is_empty() {
-                    s.push_str(rest);
-                    s.push('\n');
-                }
-                loop {
-                    let (_, l) = lines
-                        .next()
-                        .ok_or_else(|| at("unterminated \"\"\" string"))?;
-                    if let Some(end) = l.find("\"\"\"") {
-                        s.push_str(&l[..end]);
-                        break;
-                    }
-                    s.push_str(l);
-                    s.push('\n');
-                }
-            }
-            unescape(&s)
-        } else if value.len() >= 2 && value.starts_with('"') && value.ends_with('"') {
-            unescape(&value[1..value.len() - 1])
-        } else {
-            return Err(at(
-                "values must be \"strings\" or \"\"\"multi-line strings\"\"\"",
-            ));
-        };
-        let ex = list
-            .last_mut()
-            .ok_or_else(|| at("key outside an [[exercises]] table"))?;
-        match key {
-            "name" => ex.name = value,
-            "path" => ex.path = value,
-            "hint" => ex.hint = value.trim().to_string(),
-            _ => {
-                return Err(at(&format!(
-                    "unknown key `{key}` (expected name, path or hint)"
-                )))
-            }
-        }
-    }
-    for ex in &list {
-        if ex.name.is_empty() || ex.path.is_empty() || ex.hint.is_empty() {
-            return Err(format!(
-                "info.toml: exercise #{} ({:?}) needs a name, a path and a hint",
-                ex.number, ex.name
-            ));
-        }
-    }
-    if list.is_empty() {
-        return Err("info.toml lists no [[exercises]]".into());
-    }
-    Ok(list)
-}
-
-fn unescape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some(other) => out.push(other), // \" and \\ (and anything else, literally)
-            None => out.push('\\'),
-        }
-    }
-    out
-}
-
-/// `3`, `03` or `rope` -> the exercise.
-fn find_exercise<'a>(list: &'a [Exercise], key: &str) -> Result<&'a Exercise, String> {
-    let found = match key.parse::<usize>() {
-        Ok(n) => list.iter().find(|e| e.number == n),
-        Err(_) => list.iter().find(|e| e.name == key),
-    };
-    found.ok_or_else(|| {
-        let names: Vec<String> = list.iter().map(Exercise::label).collect();
-        format!("no exercise `{key}`; there are: {}", names.join(", "))
-    })
-}
-
-// ---------------------------------------------------------------------------------------
-// Compiling and running one file
-// ---------------------------------------------------------------------------------------
-
-enum Outcome {
-    Pass,
-    /// Compiled, but at least one test failed (the captured test output).
-    TestsFail(String),
-    /// rustc refused the file (the captured compiler output).
-    CompileError(String),
-    TimedOut,
-}
-
-impl Outcome {
-    fn short(&self) -> &'static str {
-        match self {
-            Outcome::Pass => "done",
-            Outcome::TestsFail(_) => "tests fail",
-            Outcome::CompileError(_) => "does not compile",
-            Outcome::TimedOut => "timed out",
-        }
-    }
-}
-
-fn rustc() -> String {
-    env::var("RUSTC").unwrap_or_else(|_| "rustc".into())
-}
-
-/// `rustc --edition 2021 --test SRC -o BIN`.
-fn rustc_test(src: &Path, bin: &Path) -> Command {
-    let mut cmd = Command::new(rustc());
-    cmd.args(["--edition", "2021", "--test", "-C", "debuginfo=0"]);
-    source_arg(&mut cmd, src);
-    cmd.arg("-o").arg(bin);
-    cmd
-}
-
-/// Passes `src` relative to the repository root and runs from there, so that compiler
-/// errors and test panics name `exercises/01_softmax/softmax.rs:12:5`, not an absolute path.
-fn source_arg(cmd: &mut Command, src: &Path) {
-    let repo = exercises_dir().parent().map(Path::to_path_buf);
-    match repo
-        .as_deref()
-        .and_then(|r| Some((r, src.strip_prefix(r).ok()?)))
-    {
-        Some((repo, rel)) => cmd.current_dir(repo).arg(rel),
-        None => cmd.arg(src),
-    };
-}
-
-/// Where the test binary for `src` goes.
-fn test_binary(src: &Path, out_dir: &Path) -> PathBuf {
-    out_dir.join(src.file_stem().unwrap_or_default())
-}
-
-/// `rustc --edition 2021 --test SRC -o BIN`, then runs BIN (the libtest harness).
-fn build_and_test(src: &Path, out_dir: &Path, extra_flags: &[&str]) -> io::Result<Outcome> {
-    fs::create_dir_all(out_dir)?;
-    let bin = test_binary(src, out_dir);
-    let compiled = rustc_test(src, &bin)
-        .args(["--color", "never"])
-        .args(extra_flags)
-        .output()?;
-    if !compiled.status.success() {
-        return Ok(Outcome::CompileError(
-            String::from_utf8_lossy(&compiled.stderr).into_owned(),
-        ));
-    }
-    // stdout and stderr into one file: no pipes to drain, so a chatty test cannot deadlock us.
-    let log_path = bin.with_extension("log");
-    let log = File::create(&log_path)?;
-    let mut child = Command::new(&bin)
-        .args(["--color", "never"])
-        .env("RUST_BACKTRACE", "0")
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log))
-        .spawn()?;
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if start.elapsed() > TEST_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ok(Outcome::TimedOut);
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
-    if status.success() {
-        Ok(Outcome::Pass)
-    } else {
-        Ok(Outcome::TestsFail(
-            fs::read_to_string(&log_path).unwrap_or_default(),
-        ))
-    }
-}
-
-/// Runs `f` on every item on all cores; results come back in the items' order.
-fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let workers = thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .min(items.len())
-        .max(1);
-    let next = AtomicUsize::new(0);
-    let slots: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
-    thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(item) = items.get(i) else { break };
-                let r = f(item);
-                *slots[i].lock().unwrap() = Some(r);
-            });
-        }
-    });
-    slots
-        .into_iter()
-        .map(|m| m.into_inner().unwrap().expect("every slot filled"))
-        .collect()
-}
-
-/// The part of the output a learner needs: the compiler's errors (not its warnings about a
-/// half-written stub), or the test failures and their panic messages.
-fn excerpt(outcome: &Outcome) -> String {
-    let lines: Vec<&str> = match outcome {
-        Outcome::CompileError(out) => out
-            .split("\n\n")
-            .filter(|block| block.trim_start().starts_with("error"))
-            .flat_map(|block| block.lines().chain(std::iter::once("")))
-            .collect(),
-        Outcome::TestsFail(out) => {
-            let all: Vec<&str> = out.lines().collect();
-            let start = all.iter().position(|l| *l == "failures:").unwrap_or(0);
-            let end = all
-                .iter()
-                .rposition(|l| l.starts_with("test result:"))
-                .map_or(all.len(), |e| e + 1);
-            // libtest's advice about backtraces is noise here.
-            let hide = "note: run with `RUST_BACKTRACE";
-            all[start..end.max(start)]
-                .iter()
-                .copied()
-                .filter(|l| !l.starts_with(hide))
-                .collect()
-        }
-        Outcome::TimedOut => vec!["the tests ran for more than 30 s: is there an infinite loop?"],
-        Outcome::Pass => vec![],
-    };
-    let mut text: Vec<&str> = lines.iter().take(EXCERPT_LINES).copied().collect();
-    if lines.len() > EXCERPT_LINES {
-        text.push("... (more: use `run N` to see everything)");
-    }
-    text.join("\n")
 }
 
 fn run_all_stubs(list: &[Exercise]) -> Vec<Outcome> {
@@ -445,7 +161,11 @@ fn cmd_check() -> Result<bool, String> {
     println!("{}", "-".repeat(72));
     println!("{}", excerpt(&outcomes[i]));
     println!("{}", "-".repeat(72));
-    println!("Hint:\n{}\n", indent(&ex.hint));
+    println!("Read the file's header and its TODO questions first.");
+    println!(
+        "Stuck?       {CMD} hint {}   (a nudge, not the answer)",
+        ex.number
+    );
     println!("Full output: {CMD} run {}", ex.number);
     println!("Solved it?   {CMD} check");
     // A learner with unfinished exercises is the normal state, not an error: exit 0.
@@ -466,7 +186,7 @@ fn cmd_run(key: Option<&str>) -> Result<bool, String> {
         .map_err(|e| format!("could not run rustc: {e}"))?;
     if !compiled.success() {
         println!(
-            "\n{} does not compile yet. Hint: {CMD} hint {}",
+            "\n{} does not compile yet. Stuck? {CMD} hint {}",
             ex.label(),
             ex.number
         );
@@ -480,7 +200,7 @@ fn cmd_run(key: Option<&str>) -> Result<bool, String> {
         println!("{} passes. Next: {CMD} check", ex.label());
     } else {
         println!(
-            "{} does not pass yet. Hint: {CMD} hint {}",
+            "{} does not pass yet. Stuck? {CMD} hint {}",
             ex.label(),
             ex.number
         );
@@ -488,7 +208,7 @@ fn cmd_run(key: Option<&str>) -> Result<bool, String> {
     Ok(tested.success())
 }
 
-fn cmd_hint(key: Option<&str>) -> Result<bool, String> {
+fn cmd_hint(key: Option<&str>, level: Option<&str>) -> Result<bool, String> {
     let list = load_exercises()?;
     let ex = match key {
         Some(key) => find_exercise(&list, key)?,
@@ -503,12 +223,36 @@ fn cmd_hint(key: Option<&str>) -> Result<bool, String> {
             }
         }
     };
+    let n_levels = ex.hints.len();
+    let level = match level {
+        None => 1,
+        Some(l) => match l.parse::<usize>() {
+            Ok(l) if (1..=n_levels).contains(&l) => l,
+            _ => {
+                let levels: Vec<String> = (1..=n_levels)
+                    .map(|l| format!("`hint {} {l}`", ex.number))
+                    .collect();
+                return Err(format!(
+                    "{} has {n_levels} hint level(s): {}",
+                    ex.label(),
+                    levels.join(", ")
+                ));
+            }
+        },
+    };
     println!(
-        "Hint for {}  (exercises/{}):\n\n{}",
+        "Hint {level}/{n_levels} for {}  (exercises/{}):\n\n{}\n",
         ex.label(),
         ex.path,
-        indent(&ex.hint)
+        indent(&ex.hints[level - 1])
     );
+    if level < n_levels {
+        println!(
+            "Still stuck after trying? {CMD} hint {} {}",
+            ex.number,
+            level + 1
+        );
+    }
     Ok(true)
 }
 
@@ -539,26 +283,52 @@ struct Verdict {
 
 fn cmd_verify() -> Result<bool, String> {
     let list = load_exercises()?;
+    let mutant_list = load_mutants()?;
     let has_clippy = Command::new("clippy-driver")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     println!(
-        "verify: {} exercises. Every stub must compile and FAIL its tests; every solution must",
-        list.len()
+        "verify: {} exercises, {} mutants. Every stub must compile and FAIL its tests; every",
+        list.len(),
+        mutant_list.len()
     );
     println!(
-        "compile warning-free and PASS, be rustfmt-clean{}, and keep the stub's tests.\n",
+        "solution must compile warning-free and PASS, be rustfmt-clean{}, and keep the stub's",
         if has_clippy { " and clippy-clean" } else { "" }
     );
+    println!("tests; every mutant (a planted wrong answer) must compile and FAIL them.\n");
 
     let mut problems = check_layout(&list);
+    // Each mutant with its exercise and its 1-based number within that exercise.
+    let mut jobs: Vec<(&Exercise, &info::Mutant, usize)> = Vec::new();
+    for m in &mutant_list {
+        match list.iter().find(|e| e.name == m.exercise) {
+            Some(ex) => {
+                let k = 1 + jobs.iter().filter(|j| j.0.number == ex.number).count();
+                jobs.push((ex, m, k));
+            }
+            None => problems.push(format!(
+                "mutants.toml: `{}` names no exercise in info.toml",
+                m.exercise
+            )),
+        }
+    }
+    for ex in &list {
+        if !jobs.iter().any(|j| j.0.number == ex.number) {
+            problems.push(format!(
+                "{}: no mutant in mutants.toml; plant at least one plausible wrong answer the tests must catch",
+                ex.label()
+            ));
+        }
+    }
     let verdicts = par_map(&list, |ex| verify_one(ex, has_clippy));
+    let mutant_verdicts = par_map(&jobs, |(ex, m, k)| verify_mutant(ex, m, *k));
 
     let width = list.iter().map(|e| e.name.len()).max().unwrap_or(8).max(8);
     println!(
-        "   #  {:width$}  {:24} {:24} clippy",
-        "exercise", "stub (must fail)", "solution (must pass)"
+        "   #  {:width$}  {:22} {:22} {:20} clippy",
+        "exercise", "stub (must fail)", "solution (must pass)", "mutants (must fail)"
     );
     for (ex, v) in list.iter().zip(&verdicts) {
         let stub = match &v.stub {
@@ -569,16 +339,42 @@ fn cmd_verify() -> Result<bool, String> {
             Outcome::Pass => "passes: ok".to_string(),
             other => format!("{} <- BAD", other.short()),
         };
+        let mine: Vec<&MutantVerdict> = mutant_verdicts
+            .iter()
+            .filter(|m| m.number == ex.number)
+            .collect();
+        let caught = mine.iter().filter(|m| m.result.is_ok()).count();
+        let mutants = if caught == mine.len() && caught > 0 {
+            format!("{caught}/{} caught: ok", mine.len())
+        } else {
+            format!("{caught}/{} caught <- BAD", mine.len())
+        };
         let clippy = match &v.clippy {
             None => "skipped",
             Some(Ok(())) => "ok",
             Some(Err(_)) => "BAD",
         };
         println!(
-            "  {:02}  {:width$}  {stub:24} {solution:24} {clippy}",
+            "  {:02}  {:width$}  {stub:22} {solution:22} {mutants:20} {clippy}",
             ex.number, ex.name
         );
         problems.extend(v.problems.iter().cloned());
+    }
+
+    println!("\nmutants: the wrong answer, and the tests that caught it");
+    for (ex, m) in jobs.iter().map(|j| j.0).zip(&mutant_verdicts) {
+        match &m.result {
+            Ok(tests) => println!(
+                "  {:02} caught   {}\n              by {}",
+                ex.number,
+                m.wrong,
+                tests.join(", ")
+            ),
+            Err(why) => {
+                println!("  {:02} BAD      {}", ex.number, m.wrong);
+                problems.push(format!("{}: mutant \"{}\": {why}", ex.label(), m.wrong));
+            }
+        }
     }
 
     // rustfmt: stubs too, since they are what the learner reads first.
@@ -586,16 +382,24 @@ fn cmd_verify() -> Result<bool, String> {
         .iter()
         .flat_map(|e| [e.stub(), e.solution()])
         .filter(|p| p.exists())
+        .chain(
+            [
+                "check.rs",
+                "checker/build.rs",
+                "checker/info.rs",
+                "checker/mutants.rs",
+            ]
+            .map(|f| exercises_dir().join(f)),
+        )
         .collect();
     let fmt = Command::new("rustfmt")
         .args(["--check", "--edition", "2021"])
         .args(&files)
-        .arg(exercises_dir().join("check.rs"))
         .output();
     match fmt {
         Ok(out) if out.status.success() => println!(
             "\nrustfmt --check --edition 2021: ok ({} files)",
-            files.len() + 1
+            files.len()
         ),
         Ok(out) => {
             println!("\nrustfmt --check --edition 2021: BAD");
@@ -618,9 +422,10 @@ fn cmd_verify() -> Result<bool, String> {
 
     if problems.is_empty() {
         println!(
-            "\nverify: OK. All {} stubs fail and all {} solutions pass.",
+            "\nverify: OK. All {} stubs fail, all {} solutions pass, all {} mutants are caught.",
             list.len(),
-            list.len()
+            list.len(),
+            mutant_verdicts.len()
         );
         Ok(true)
     } else {
@@ -726,6 +531,18 @@ fn verify_one(ex: &Exercise, has_clippy: bool) -> Verdict {
         if sol_src.contains("// TODO") {
             problems.push(format!("{label}: the solution still contains a `// TODO`"));
         }
+        // A hint nudges; it must not hand over a line of the solution.
+        for line in solution_lines(&sol_src, &stub_src) {
+            for (level, hint) in ex.hints.iter().enumerate() {
+                if squash(hint).contains(&squash(line)) {
+                    problems.push(format!(
+                        "{label}: hint {} quotes the solution's code `{}`; nudge instead",
+                        level + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
     }
     Verdict {
         stub,
@@ -733,6 +550,24 @@ fn verify_one(ex: &Exercise, has_clippy: bool) -> Verdict {
         clippy,
         problems,
     }
+}
+
+/// The solution's lines of code (no comments, no tests) that the stub does not have, and
+/// that are long enough to be an answer rather than a bracket or a `let out = ...;`.
+fn solution_lines<'a>(solution: &'a str, stub: &str) -> Vec<&'a str> {
+    let code = tests_section(solution).map_or(solution, |t| &solution[..solution.len() - t.len()]);
+    let stub_lines: Vec<&str> = stub.lines().map(str::trim).collect();
+    code.lines()
+        .filter(|l| {
+            let t = l.trim();
+            !t.starts_with("//") && squash(t).len() >= 20 && !stub_lines.contains(&t)
+        })
+        .collect()
+}
+
+/// Without whitespace, so a hint cannot dodge the check by re-wrapping a line.
+fn squash(s: &str) -> String {
+    s.chars().filter(|c| !c.is_whitespace()).collect()
 }
 
 /// Everything from the `#[cfg(test)]` line to the end of the file.

@@ -9,9 +9,10 @@
 //! ```
 //!
 //! Written like that it breaks on real logits: `exp(89.0)` is already `inf` in f32, and
-//! `inf / inf` is NaN. The fix is free: subtract the maximum `m` first. The factor
-//! `exp(-m)` appears in the numerator and the denominator and cancels, so the result is
-//! the same number, but the largest exponent is now `exp(0) = 1` and nothing overflows.
+//! `inf / inf` is NaN; `exp(-104.0)` is already `0`, and `0 / 0` is NaN too. One property
+//! of softmax gets you out: multiply the numerator and the denominator by the same
+//! `exp(-c)` and nothing changes, which is the same as subtracting `c` from every logit.
+//! The exercise is choosing `c` so that no logit, however large or small, can break it.
 //!
 //! kvlab uses this same in-place softmax in attention (naive and cached paths alike) and in
 //! the sampler, where the scores are a vocabulary's logits.
@@ -22,9 +23,11 @@ pub fn softmax(x: &mut [f32]) {
     if x.is_empty() {
         return;
     }
-    // TODO: this is the textbook formula, and it breaks on real logits: exp(1000.0) is inf
-    // in f32 and inf / inf is NaN. Find the maximum of `x` and subtract it inside `exp()`.
-    // (The header explains why that does not change the answer.)
+    // TODO: this is the textbook formula, and the tests feed it real logits. Questions:
+    // - What is exp(x) in f32 when x = 1000? When x = -1000? What is the sum then?
+    // - Which constant c can you subtract from every logit without changing the result?
+    // - Which choice of c guarantees that at least one term is exactly exp(0) and none is
+    //   larger, wherever in `x` the large logit sits, even next to a -inf?
     let mut sum = 0.0f32;
     for v in x.iter_mut() {
         *v = v.exp();
@@ -68,6 +71,19 @@ mod tests {
         );
         // Only the difference matters: the same as softmax([0, 1]).
         assert_close(&x, &[0.268_941_43, 0.731_058_6], 1e-6);
+    }
+
+    #[test]
+    fn the_largest_logit_need_not_come_first() {
+        // Shifting by some other logit (the first, the mean) is not enough: exp(1000 - 0)
+        // still overflows.
+        let mut x = [0.0, 1000.0];
+        softmax(&mut x);
+        assert_close(&x, &[0.0, 1.0], 1e-6);
+        // A masked (-inf) score first, then a real one.
+        let mut x = [f32::NEG_INFINITY, 1.0, 1.0];
+        softmax(&mut x);
+        assert_close(&x, &[0.0, 0.5, 0.5], 1e-6);
     }
 
     #[test]

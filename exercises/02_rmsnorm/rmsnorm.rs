@@ -16,8 +16,11 @@
 /// RMSNorm of one row: `x` and `weight` are `[dim]`, the result is `[dim]`.
 pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32) -> Vec<f32> {
     assert_eq!(x.len(), weight.len(), "x and weight must both be [dim]");
-    // TODO: compute mean(x^2), then return x_i * w_i / sqrt(mean(x^2) + eps) for every i.
-    // (The placeholder below returns the input unchanged.)
+    // TODO: the placeholder returns the input unchanged. Questions:
+    // - One number rescales the whole row: the mean of what, over how many elements?
+    // - Is it computed once per row or once per channel?
+    // - Where exactly does eps enter, and what does an all-zero row give then? (With
+    //   x = [1, 1] and eps = 0.21, two placements give 0.909 and 0.826: which is the header's?)
     x.to_vec()
 }
 

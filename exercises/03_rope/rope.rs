@@ -29,9 +29,11 @@ pub fn rope(x: &mut [f32], pos: usize, theta: f32) {
     let head_dim = x.len();
     assert_eq!(head_dim % 2, 0, "RoPE rotates pairs: head_dim must be even");
     let half = head_dim / 2;
-    // TODO: for each i in 0..half compute freq = theta^(-2i / head_dim) and
-    // angle = pos * freq, then rotate the pair (x[i], x[i + half]) by that angle
-    // (the formula is in the header). Work in f32, like Hugging Face does.
+    // TODO: rotate every pair by its angle (the header has the formula). Questions:
+    // - In the rotate-half layout, who is x[i]'s partner? Who would it be in llama2.c?
+    // - Which pair spins fastest as pos grows? What must pos = 0 do to the vector?
+    // - When you compute the partner's new value, do you still have x[i]'s old value?
+    // Work in f32, like Hugging Face does.
 }
 
 #[cfg(test)]

@@ -37,9 +37,12 @@ pub fn softmax(x: &mut [f32]) {
 pub fn attention_head(q: &[f32], keys: &[f32], values: &[f32], head_dim: usize) -> Vec<f32> {
     assert_eq!(q.len(), head_dim);
     assert_eq!(keys.len(), values.len());
-    // TODO: compute one score per key, q · k_t / sqrt(head_dim), softmax the scores, then
-    // return the weighted sum of the value rows. Row t of `keys` is
-    // keys[t * head_dim..(t + 1) * head_dim] (`chunks_exact(head_dim)` walks the rows).
+    // TODO: the placeholder returns zeros. Questions:
+    // - How many scores are there, one per what? Where does row t of `keys` start?
+    // - The header's reason for scaling: how fast does a dot product of head_dim terms grow,
+    //   so what must you divide by? (A test tells 1/head_dim from the right scale.)
+    // - What turns the scores into weights that sum to 1, and which rows do the weights
+    //   multiply: the keys or the values?
     let out = vec![0.0f32; head_dim];
     out
 }

@@ -46,9 +46,11 @@ pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], head_dim: usize) -> Vec
     );
     assert_eq!(q.len() % head_dim, 0);
     let seq = q.len() / head_dim;
-    // TODO: for every row i, build the scores q_i · k_j / sqrt(head_dim) for all j in
-    // 0..seq, set the future ones (j > i) to f32::NEG_INFINITY, softmax the row, and write
-    // the weighted sum of the v_j rows into row i of `out`.
+    // TODO: the placeholder returns zeros. Every row is exercise 04's attention, plus a mask.
+    // Questions:
+    // - Which keys may query i use? Is key i itself one of them? (Look at the matrix.)
+    // - What score makes softmax give a key a weight of exactly 0? Would 0.0 do it?
+    // - Row 0: how many keys can it see, and so what must its output equal?
     let out = vec![0.0f32; seq * head_dim];
     out
 }

@@ -23,7 +23,8 @@ pub fn kv_bytes_per_token(
     head_dim: u64,
     bytes_per_elem: u64,
 ) -> u64 {
-    // TODO: K and V, for every layer and every KV head, head_dim numbers each.
+    // TODO: how many vectors does one token add to each layer, and how many numbers and
+    // bytes is each? Which heads count: the query heads or the KV heads?
     0
 }
 
@@ -38,7 +39,7 @@ pub fn kv_cache_bytes(
     bytes_per_elem: u64,
     batch: u64,
 ) -> u64 {
-    // TODO: the formula in the header (kv_bytes_per_token does most of it).
+    // TODO: how does the cache grow with the sequence length? With the number of requests?
     0
 }
 
@@ -50,8 +51,9 @@ pub fn max_concurrent_requests(
     weights_bytes: u64,
     per_request_bytes: u64,
 ) -> u64 {
-    // TODO: memory left after the weights, divided by one request's cache. Weights larger
-    // than the device must give 0, not a u64 underflow panic.
+    // TODO: how much memory is left for caches once the weights are loaded, and how many
+    // *whole* requests fit in it? What does u64 subtraction do when the weights are larger
+    // than the device (try it in a debug build)?
     0
 }
 

@@ -59,16 +59,20 @@ impl KvCache {
 
     /// Writes K and V of the next position. `k`, `v`: `[n_kv_heads, head_dim]`.
     pub fn append(&mut self, k: &[f32], v: &[f32]) -> Result<(), CacheFull> {
-        // TODO: check that k and v are [n_kv_heads, head_dim] (a wrong size is the caller's
-        // bug: panic), return Err(CacheFull { .. }) if all `capacity` positions are taken,
-        // otherwise copy k and v into row `len` of k_cache and v_cache and advance `len`.
-        // Never grow the Vecs.
+        // TODO: Questions:
+        // - Which problem is the caller's bug (panic), and which a normal runtime condition
+        //   the caller must handle (return Err)? What must be unchanged after an Err?
+        // - With `len` positions filled, where in the flat [capacity, n_kv_heads, head_dim]
+        //   buffer does the next row start? How many floats is one row?
+        // - What would `Vec::push` do to exercise 06's memory estimate (and to the pointer
+        //   a test compares)?
         Ok(())
     }
 
     /// Forgets every position but keeps the memory, ready for the next request.
     pub fn reset(&mut self) {
-        // TODO: make the cache empty again. Does the old data need to be erased?
+        // TODO: what is the least you can change to make the cache empty again? Can anything
+        // read the old rows afterwards, so do they need erasing? Must the memory stay?
     }
 
     /// Given: the filled part of K, `[len, n_kv_heads, head_dim]`.

@@ -10,9 +10,8 @@
 //! positions gives the same row the naive path recomputes from scratch, which the tests
 //! check.
 //!
-//! The cache layout is `[len, n_kv_heads, head_dim]`: position-major, so one append writes
-//! one contiguous row. Reading one head means a strided walk: the key of position `t`, KV
-//! head `h` starts at `(t * n_kv_heads + h) * head_dim`.
+//! The cache layout is `[capacity, n_kv_heads, head_dim]`: position-major, so one append
+//! writes one contiguous row. Reading one head is a strided walk through it.
 
 /// Given (exercise 01): numerically stable softmax, in place.
 pub fn softmax(x: &mut [f32]) {
@@ -79,9 +78,12 @@ pub fn cached_attention(q: &[f32], cache: &KvCache, kv_head: usize) -> Vec<f32> 
     let (head_dim, n_kv_heads) = (cache.head_dim, cache.n_kv_heads);
     assert_eq!(q.len(), head_dim);
     assert!(kv_head < n_kv_heads);
-    // TODO: score every cached position t in 0..cache.len with q · k_t / sqrt(head_dim),
-    // softmax, and return the weighted sum of the v_t. For KV head `kv_head`, position t's
-    // key is cache.k_cache[(t * n_kv_heads + kv_head) * head_dim..][..head_dim] (same for v).
+    // TODO: the placeholder returns zeros. This is exercise 04 over the cache. Questions:
+    // - Which positions belong to this request: 0..len or 0..capacity? What is in the rest
+    //   after a `reset`?
+    // - Where does position t's vector for KV head `kv_head` start in the flat buffer? What
+    //   lies between two positions of the same head?
+    // - Exercise 05 needed a mask; why does the newest token need none?
     let out = vec![0.0f32; head_dim];
     out
 }

@@ -6,16 +6,12 @@
 //! (Shazeer 2019) is the extreme, one KV head for all. SmolLM2-135M has 9 query heads and
 //! 3 KV heads; Llama-3-8B, 32 and 8.
 //!
-//! As in llama2.c, GQA is two integers:
-//!
-//! ```text
-//! kv_mul  = n_heads / n_kv_heads     // query heads per KV head (the group size)
-//! kv_head = h / kv_mul               // the KV head query head h reads
-//! ```
-//!
-//! Query heads `0..kv_mul` share KV head 0, the next `kv_mul` share KV head 1, and so on;
-//! that is the order Hugging Face's `repeat_kv` produces. The cache holds `n_kv_heads`
-//! heads, never the repeated ones: repeating them in memory would throw the saving away.
+//! As in llama2.c, GQA is two integers: the group size `kv_mul = n_heads / n_kv_heads`
+//! (query heads per KV head), and the KV head each query head reads. *Neighbouring* query
+//! heads form a group: heads `0..kv_mul` share KV head 0, the next `kv_mul` share KV head
+//! 1, and so on; that is the order Hugging Face's `repeat_kv` produces. The cache holds
+//! `n_kv_heads` heads, never the repeated ones: repeating them in memory would throw the
+//! saving away.
 
 /// Given (exercise 01): numerically stable softmax, in place.
 pub fn softmax(x: &mut [f32]) {
@@ -36,8 +32,12 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// The KV head that query head `h` reads.
 pub fn kv_head_for(h: usize, n_heads: usize, n_kv_heads: usize) -> usize {
-    // TODO: reject uneven groups (n_heads not a multiple of n_kv_heads: panic), then
-    // return h / kv_mul with kv_mul = n_heads / n_kv_heads.
+    // TODO: Questions:
+    // - How many query heads share one KV head? What should 9 query heads over 2 KV heads do?
+    // - Heads 0, 1, 2 of a 9/3 model read KV head 0, heads 3, 4, 5 KV head 1: which integer
+    //   operation on h groups neighbours, and which would deal them out round-robin instead?
+    // - Is the divisor the group size or the number of KV heads? (In 9/3 both are 3; in
+    //   32/8 they are not.)
     0
 }
 
@@ -55,10 +55,11 @@ pub fn gqa_attention(
 ) -> Vec<f32> {
     assert_eq!(q.len(), n_heads * head_dim);
     assert_eq!(k_cache.len(), v_cache.len());
-    // TODO: for every query head h: find its KV head with kv_head_for, score the new
-    // query q_h against that KV head's key at every cached position, softmax, and write
-    // the weighted sum of the values into row h of `out`. Position t of KV head kv_h
-    // starts at (t * n_kv_heads + kv_h) * head_dim in k_cache and v_cache.
+    // TODO: the placeholder returns zeros. Questions:
+    // - How many positions does the cache hold, given its length in floats?
+    // - For query head h, which KV head is read, and where does its vector for position t
+    //   start in the [len, n_kv_heads, head_dim] buffer?
+    // - Which part of exercise 08 is the same for every query head?
     let out = vec![0.0f32; n_heads * head_dim];
     out
 }
@@ -145,6 +146,11 @@ mod tests {
         // MQA: one KV head for everyone.
         let mqa: Vec<usize> = (0..6).map(|h| kv_head_for(h, 6, 1)).collect();
         assert_eq!(mqa, [0; 6]);
+        // Llama-3-8B, 32/8: groups of 4. Here the group size (4) and the number of KV
+        // heads (8) differ, so dividing by the wrong one shows.
+        let llama3: Vec<usize> = (0..32).map(|h| kv_head_for(h, 32, 8)).collect();
+        let want: Vec<usize> = (0..8).flat_map(|kv| [kv; 4]).collect();
+        assert_eq!(llama3, want);
     }
 
     #[test]

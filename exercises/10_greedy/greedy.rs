@@ -13,7 +13,10 @@
 /// Index of the largest logit; on ties, the lowest index. Panics on an empty slice.
 pub fn argmax(logits: &[f32]) -> usize {
     assert!(!logits.is_empty(), "argmax of an empty slice");
-    // TODO: return the index of the largest logit. On ties, the lowest index wins.
+    // TODO: Questions:
+    // - What do you compare the first logit against, when every logit may be negative?
+    // - A later logit *equal* to the best so far: should it win? Does `>` or `>=` decide
+    //   that, and which of the two does `max_by` behave like?
     0
 }
 

@@ -19,17 +19,21 @@
 /// The nucleus of `probs` for threshold `p`: `(token id, renormalised probability)`, most
 /// probable first. `probs` must be a probability distribution (e.g. softmax output).
 pub fn top_p_filter(probs: &[f32], p: f32) -> Vec<(usize, f32)> {
-    // TODO: steps 1-3 of the header. Sort (id, prob) pairs by prob, largest first, keeping
-    // equal probs in id order; keep the smallest prefix whose running sum reaches p (at
-    // least one token); divide the kept probs by their sum.
+    // TODO: steps 1-3 of the header. Questions:
+    // - Which sort keeps equal probabilities in id order, and which direction is "largest
+    //   first"?
+    // - The token whose probability carries the running sum up to or past p: in or out?
+    //   And when the sum lands on p exactly?
+    // - The kept probabilities sum to less than 1: what do you divide them by?
     Vec::new()
 }
 
 /// Samples a token id from the nucleus of `probs`, using `u`, uniform in [0, 1).
 pub fn sample_top_p(probs: &[f32], p: f32, u: f32) -> usize {
-    // TODO: step 4. Walk the nucleus adding up its probabilities and return the first id
-    // whose running sum exceeds u. Rounding may leave the total a hair below 1: if u is
-    // beyond it, return the last id of the nucleus.
+    // TODO: step 4. Questions:
+    // - Which interval of [0, 1) belongs to the first token of the nucleus, which to the
+    //   second? Which tokens can never be drawn?
+    // - The renormalised probabilities may sum to 0.99999994: what must u = 0.99999994 draw?
     0
 }
 

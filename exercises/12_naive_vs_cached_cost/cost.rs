@@ -10,37 +10,41 @@
 //! last generated token is never fed back, so there is no pass after it).
 //!
 //! ```text
-//! naive,  any pass:        causal attention over all L rows; row i does i + 1 dot products
-//!                          -> 1 + 2 + ... + L = L(L + 1)/2
-//! cached, pass 0 (prefill, 预填充): the same L(L + 1)/2; there is nothing cached yet
-//! cached, pass s >= 1 (decode, 解码): one new query against L cached keys -> L
+//! naive,  any pass:        causal attention over all L rows (exercise 05), from scratch
+//! cached, pass 0 (prefill, 预填充): the same; there is nothing cached yet
+//! cached, pass s >= 1 (decode, 解码): only the new token's query, over the cache (exercise 08)
 //! ```
+//!
+//! How many q·k dot products is each? Count them on a 4-token example before you write
+//! any code.
 //!
 //! Pass 0 costs the same either way: the cache does nothing for the first token's latency
 //! (首token延迟, TTFT). Its whole benefit is in the decode passes, and it grows with N.
 
 /// Dot products in naive pass `step`: full causal attention over `prompt_len + step` tokens.
 pub fn naive_step(prompt_len: u64, step: u64) -> u64 {
-    // TODO: causal attention over prompt_len + step tokens; row i does i + 1 dot products.
+    // TODO: how many tokens does this pass see? Under the causal mask, how many keys does
+    // row i score, and what do the rows add up to? (Is there a closed form?)
     0
 }
 
 /// Dot products in cached pass `step`: prefill at step 0, one query per decode step after.
 pub fn cached_step(prompt_len: u64, step: u64) -> u64 {
-    // TODO: step 0 is the prefill (same as naive); a decode step does one query against
-    // every cached key, its own included.
+    // TODO: which pass has nothing cached yet, and what does it cost? In a later pass, how
+    // many queries are computed, against how many keys (is the new token's own among them)?
     0
 }
 
 /// Total dot products to generate `new_tokens` tokens without a cache.
 pub fn naive_total(prompt_len: u64, new_tokens: u64) -> u64 {
-    // TODO: the sum of naive_step over the passes 0..new_tokens.
+    // TODO: which passes does generating `new_tokens` tokens run? Is there a pass after the
+    // last generated token?
     0
 }
 
 /// Total dot products to generate `new_tokens` tokens with a KV cache.
 pub fn cached_total(prompt_len: u64, new_tokens: u64) -> u64 {
-    // TODO: the sum of cached_step over the passes 0..new_tokens.
+    // TODO: the same passes as naive_total; only their cost differs.
     0
 }
 

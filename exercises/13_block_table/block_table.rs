@@ -6,10 +6,10 @@
 //! sequence takes a block only when it crosses into one, so it never wastes more than the
 //! unused tail of its last block, and any free block fits any sequence.
 //!
-//! Each sequence keeps a *block table*: the list of blocks it holds, in order. Position
-//! `pos` lives in row `pos % block_size` of block `table[pos / block_size]`. The blocks need
-//! not be adjacent in the pool, or in order: attention just reads row `pos` through the
-//! table instead of at `pos * row` (kvlab: `attention::Paged`, `src/cache/paged.rs`).
+//! Each sequence keeps a *block table*: the list of blocks it holds, in order, like a
+//! process's page table. The blocks need not be adjacent in the pool, or in order:
+//! attention reads position `pos` through the table instead of at `pos * row` (kvlab:
+//! `attention::Paged`, `src/cache/paged.rs`).
 //!
 //! This is one layer's pool with only keys, `[n_blocks, block_size, row]`; kvlab's has
 //! every layer, and values too.
@@ -53,8 +53,8 @@ impl BlockPool {
 
     /// Where position `pos` of `seq` lives: `(block, row within the block)`.
     pub fn locate(&self, seq: &Sequence, pos: usize) -> (usize, usize) {
-        // TODO: position `pos` is row `pos % block_size` of block number `pos / block_size`
-        // of the sequence, and the block table says which pool block that is.
+        // TODO: which of the *sequence's* blocks holds `pos` (its first, its second, ...),
+        // and which row inside that block? Which *pool* block is that, and who knows?
         let _ = (seq, pos);
         (0, 0)
     }
@@ -69,9 +69,11 @@ impl BlockPool {
     /// Appends one key (`[row]`) to `seq`.
     pub fn append(&mut self, seq: &mut Sequence, key: &[f32]) -> Result<(), OutOfBlocks> {
         assert_eq!(key.len(), self.row, "a key is [row]");
-        // TODO: if every block in the table is full (`len == table.len() * block_size`), take
-        // one off the free list (none left: Err(OutOfBlocks), with nothing changed) and push it
-        // to the table. Then write `key` where `locate` says position `len` lives, and count it.
+        // TODO: Questions:
+        // - At which values of `len` does the sequence need a new block? (An empty sequence
+        //   has none yet; after `block_size` appends its first block is full.)
+        // - If the pool has no free block, what must be unchanged when you return the error?
+        // - Once there is room, where does position `len` live, and what is counted?
         let _ = seq;
         Ok(())
     }

@@ -8,14 +8,13 @@
 //! vLLM's automatic prefix caching names each full block with a *chained* hash:
 //! `hash(block b) = H(hash(block b - 1), tokens of block b)`, with no parent for block 0.
 //! Equal names mean equal prefixes; a one-token difference changes the name of its block
-//! and of every block after it. A new request walks its prompt block by block, reuses every
-//! block whose name is cached, and stops at the first miss (kvlab: `src/cache/prefix.rs`).
+//! and of every block after it. A new request walks its prompt block by block and reuses
+//! the cached ones it can (kvlab: `src/cache/prefix.rs`); which ones it can is the question.
 //!
 //! Two details every engine has:
 //! - only full blocks are named (a partial block's content is still changing);
 //! - at least the last prompt token is computed, even when every block is cached: its
-//!   logits are the first output token. So a prompt of exactly `k` full blocks reuses at
-//!   most `k - 1` of them.
+//!   logits are the first output token.
 
 use std::collections::HashSet;
 
@@ -44,8 +43,9 @@ pub fn block_hash(parent: Option<u64>, tokens: &[u32]) -> u64 {
 
 /// The names of the full blocks of `tokens`, in order (a trailing partial block has none).
 pub fn block_hashes(tokens: &[u32], block_size: usize) -> Vec<u64> {
-    // TODO: one name per *full* block (`chunks_exact`), block 0 with no parent, block b
-    // with the name of block b - 1 as its parent.
+    // TODO: Questions:
+    // - Which blocks get a name: does a trailing partial block?
+    // - What is block 0's parent? Block b's? What does that chain buy (see the header)?
     let _ = (tokens, block_size);
     Vec::new()
 }
@@ -54,9 +54,11 @@ pub fn block_hashes(tokens: &[u32], block_size: usize) -> Vec<u64> {
 /// in `cached`: whole blocks, from the start, up to the first miss, and never the last
 /// prompt token.
 pub fn reusable_len(cached: &HashSet<u64>, prompt: &[u32], block_size: usize) -> usize {
-    // TODO: name the prompt's blocks, keep those that end before the last prompt token
-    // ((len - 1) / block_size of them), count how many are in `cached` before the first
-    // miss, and return that many blocks' worth of positions.
+    // TODO: Questions:
+    // - The last prompt token's logits must be computed: which blocks may be reused at all?
+    //   How many, for a prompt of exactly 3 blocks?
+    // - Block 1 was evicted, block 2 is still cached: can block 2's K and V be used without
+    //   block 1's? So where does the count stop?
     let _ = (cached, prompt, block_size);
     0
 }
@@ -113,6 +115,24 @@ mod tests {
         // Block 3 has the same tokens as before, but its parent changed: a miss too.
         let names = block_hashes(&edited, 4);
         assert!(!cached.contains(&names[3]));
+    }
+
+    #[test]
+    fn an_evicted_block_ends_the_reuse() {
+        // The cache held blocks 0, 1 and 2 of this prompt; block 1 was evicted since.
+        let prompt: Vec<u32> = (0..13).collect();
+        let names = block_hashes(&prompt, 4);
+        let mut cached = cache_of(&prompt, 4);
+        assert!(cached.remove(&names[1]));
+        // Block 2 is still cached, but the prompt's positions 4..8 must be computed again,
+        // and a prefill fills the cache from its first missing position on: reuse stops at
+        // the hole (a `filter` that skips it would count 8).
+        assert!(cached.contains(&names[2]));
+        assert_eq!(reusable_len(&cached, &prompt, 4), 4);
+        // Block 0 evicted: nothing is reusable, though blocks 1 and 2 are cached.
+        let mut cached = cache_of(&prompt, 4);
+        cached.remove(&names[0]);
+        assert_eq!(reusable_len(&cached, &prompt, 4), 0);
     }
 
     #[test]

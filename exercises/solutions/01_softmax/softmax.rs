@@ -9,9 +9,10 @@
 //! ```
 //!
 //! Written like that it breaks on real logits: `exp(89.0)` is already `inf` in f32, and
-//! `inf / inf` is NaN. The fix is free: subtract the maximum `m` first. The factor
-//! `exp(-m)` appears in the numerator and the denominator and cancels, so the result is
-//! the same number, but the largest exponent is now `exp(0) = 1` and nothing overflows.
+//! `inf / inf` is NaN; `exp(-104.0)` is already `0`, and `0 / 0` is NaN too. One property
+//! of softmax gets you out: multiply the numerator and the denominator by the same
+//! `exp(-c)` and nothing changes, which is the same as subtracting `c` from every logit.
+//! The exercise is choosing `c` so that no logit, however large or small, can break it.
 //!
 //! kvlab uses this same in-place softmax in attention (naive and cached paths alike) and in
 //! the sampler, where the scores are a vocabulary's logits.
@@ -68,6 +69,19 @@ mod tests {
         );
         // Only the difference matters: the same as softmax([0, 1]).
         assert_close(&x, &[0.268_941_43, 0.731_058_6], 1e-6);
+    }
+
+    #[test]
+    fn the_largest_logit_need_not_come_first() {
+        // Shifting by some other logit (the first, the mean) is not enough: exp(1000 - 0)
+        // still overflows.
+        let mut x = [0.0, 1000.0];
+        softmax(&mut x);
+        assert_close(&x, &[0.0, 1.0], 1e-6);
+        // A masked (-inf) score first, then a real one.
+        let mut x = [f32::NEG_INFINITY, 1.0, 1.0];
+        softmax(&mut x);
+        assert_close(&x, &[0.0, 0.5, 0.5], 1e-6);
     }
 
     #[test]

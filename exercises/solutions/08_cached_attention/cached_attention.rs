@@ -10,9 +10,8 @@
 //! positions gives the same row the naive path recomputes from scratch, which the tests
 //! check.
 //!
-//! The cache layout is `[len, n_kv_heads, head_dim]`: position-major, so one append writes
-//! one contiguous row. Reading one head means a strided walk: the key of position `t`, KV
-//! head `h` starts at `(t * n_kv_heads + h) * head_dim`.
+//! The cache layout is `[capacity, n_kv_heads, head_dim]`: position-major, so one append
+//! writes one contiguous row. Reading one head is a strided walk through it.
 
 /// Given (exercise 01): numerically stable softmax, in place.
 pub fn softmax(x: &mut [f32]) {

@@ -6,16 +6,12 @@
 //! (Shazeer 2019) is the extreme, one KV head for all. SmolLM2-135M has 9 query heads and
 //! 3 KV heads; Llama-3-8B, 32 and 8.
 //!
-//! As in llama2.c, GQA is two integers:
-//!
-//! ```text
-//! kv_mul  = n_heads / n_kv_heads     // query heads per KV head (the group size)
-//! kv_head = h / kv_mul               // the KV head query head h reads
-//! ```
-//!
-//! Query heads `0..kv_mul` share KV head 0, the next `kv_mul` share KV head 1, and so on;
-//! that is the order Hugging Face's `repeat_kv` produces. The cache holds `n_kv_heads`
-//! heads, never the repeated ones: repeating them in memory would throw the saving away.
+//! As in llama2.c, GQA is two integers: the group size `kv_mul = n_heads / n_kv_heads`
+//! (query heads per KV head), and the KV head each query head reads. *Neighbouring* query
+//! heads form a group: heads `0..kv_mul` share KV head 0, the next `kv_mul` share KV head
+//! 1, and so on; that is the order Hugging Face's `repeat_kv` produces. The cache holds
+//! `n_kv_heads` heads, never the repeated ones: repeating them in memory would throw the
+//! saving away.
 
 /// Given (exercise 01): numerically stable softmax, in place.
 pub fn softmax(x: &mut [f32]) {
@@ -162,6 +158,11 @@ mod tests {
         // MQA: one KV head for everyone.
         let mqa: Vec<usize> = (0..6).map(|h| kv_head_for(h, 6, 1)).collect();
         assert_eq!(mqa, [0; 6]);
+        // Llama-3-8B, 32/8: groups of 4. Here the group size (4) and the number of KV
+        // heads (8) differ, so dividing by the wrong one shows.
+        let llama3: Vec<usize> = (0..32).map(|h| kv_head_for(h, 32, 8)).collect();
+        let want: Vec<usize> = (0..8).flat_map(|kv| [kv; 4]).collect();
+        assert_eq!(llama3, want);
     }
 
     #[test]

@@ -10,11 +10,13 @@
 //! last generated token is never fed back, so there is no pass after it).
 //!
 //! ```text
-//! naive,  any pass:        causal attention over all L rows; row i does i + 1 dot products
-//!                          -> 1 + 2 + ... + L = L(L + 1)/2
-//! cached, pass 0 (prefill, 预填充): the same L(L + 1)/2; there is nothing cached yet
-//! cached, pass s >= 1 (decode, 解码): one new query against L cached keys -> L
+//! naive,  any pass:        causal attention over all L rows (exercise 05), from scratch
+//! cached, pass 0 (prefill, 预填充): the same; there is nothing cached yet
+//! cached, pass s >= 1 (decode, 解码): only the new token's query, over the cache (exercise 08)
 //! ```
+//!
+//! How many q·k dot products is each? Count them on a 4-token example before you write
+//! any code.
 //!
 //! Pass 0 costs the same either way: the cache does nothing for the first token's latency
 //! (首token延迟, TTFT). Its whole benefit is in the decode passes, and it grows with N.

@@ -6,10 +6,10 @@
 //! sequence takes a block only when it crosses into one, so it never wastes more than the
 //! unused tail of its last block, and any free block fits any sequence.
 //!
-//! Each sequence keeps a *block table*: the list of blocks it holds, in order. Position
-//! `pos` lives in row `pos % block_size` of block `table[pos / block_size]`. The blocks need
-//! not be adjacent in the pool, or in order: attention just reads row `pos` through the
-//! table instead of at `pos * row` (kvlab: `attention::Paged`, `src/cache/paged.rs`).
+//! Each sequence keeps a *block table*: the list of blocks it holds, in order, like a
+//! process's page table. The blocks need not be adjacent in the pool, or in order:
+//! attention reads position `pos` through the table instead of at `pos * row` (kvlab:
+//! `attention::Paged`, `src/cache/paged.rs`).
 //!
 //! This is one layer's pool with only keys, `[n_blocks, block_size, row]`; kvlab's has
 //! every layer, and values too.

@@ -8,14 +8,13 @@
 //! vLLM's automatic prefix caching names each full block with a *chained* hash:
 //! `hash(block b) = H(hash(block b - 1), tokens of block b)`, with no parent for block 0.
 //! Equal names mean equal prefixes; a one-token difference changes the name of its block
-//! and of every block after it. A new request walks its prompt block by block, reuses every
-//! block whose name is cached, and stops at the first miss (kvlab: `src/cache/prefix.rs`).
+//! and of every block after it. A new request walks its prompt block by block and reuses
+//! the cached ones it can (kvlab: `src/cache/prefix.rs`); which ones it can is the question.
 //!
 //! Two details every engine has:
 //! - only full blocks are named (a partial block's content is still changing);
 //! - at least the last prompt token is computed, even when every block is cached: its
-//!   logits are the first output token. So a prompt of exactly `k` full blocks reuses at
-//!   most `k - 1` of them.
+//!   logits are the first output token.
 
 use std::collections::HashSet;
 
@@ -122,6 +121,24 @@ mod tests {
         // Block 3 has the same tokens as before, but its parent changed: a miss too.
         let names = block_hashes(&edited, 4);
         assert!(!cached.contains(&names[3]));
+    }
+
+    #[test]
+    fn an_evicted_block_ends_the_reuse() {
+        // The cache held blocks 0, 1 and 2 of this prompt; block 1 was evicted since.
+        let prompt: Vec<u32> = (0..13).collect();
+        let names = block_hashes(&prompt, 4);
+        let mut cached = cache_of(&prompt, 4);
+        assert!(cached.remove(&names[1]));
+        // Block 2 is still cached, but the prompt's positions 4..8 must be computed again,
+        // and a prefill fills the cache from its first missing position on: reuse stops at
+        // the hole (a `filter` that skips it would count 8).
+        assert!(cached.contains(&names[2]));
+        assert_eq!(reusable_len(&cached, &prompt, 4), 4);
+        // Block 0 evicted: nothing is reusable, though blocks 1 and 2 are cached.
+        let mut cached = cache_of(&prompt, 4);
+        cached.remove(&names[0]);
+        assert_eq!(reusable_len(&cached, &prompt, 4), 0);
     }
 
     #[test]
