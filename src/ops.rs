@@ -66,13 +66,33 @@ pub fn matmul(x: &[f32], w: &[f32], out: &mut [f32], d_in: usize, d_out: usize) 
     assert_eq!(x.len(), n * d_in, "x is not [n, d_in]");
     assert_eq!(w.len(), d_in * d_out, "w is not [d_in, d_out]");
     assert_eq!(out.len(), n * d_out, "out is not [n, d_out]");
-    if n < 2 * PREFILL_ROWS {
+    let cols_per_task = 2048.min(
+        d_out
+            .div_ceil(rayon::current_num_threads())
+            .next_multiple_of(16),
+    );
+    if (2..2 * PREFILL_ROWS).contains(&n) {
+        // A few rows (a speculative verify pass, a short chunk): still memory-bound, so
+        // stream each weight row once for all of them (see `rows_times_weight_rows`).
+        let strips: Vec<(usize, Vec<f32>)> = (0..d_out)
+            .step_by(cols_per_task)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|j0| {
+                (
+                    j0,
+                    rows_times_weight_rows(x, w, j0, cols_per_task.min(d_out - j0), d_out),
+                )
+            })
+            .collect();
+        for (j0, strip) in strips {
+            let width = strip.len() / n;
+            for (dst, src) in out.chunks_exact_mut(d_out).zip(strip.chunks_exact(width)) {
+                dst[j0..j0 + width].copy_from_slice(src);
+            }
+        }
+    } else if n < 2 * PREFILL_ROWS {
         // Decode: one row at a time, its output columns split across threads.
-        let cols_per_task = 2048.min(
-            d_out
-                .div_ceil(rayon::current_num_threads())
-                .next_multiple_of(16),
-        );
         for (x_row, out_row) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(d_out)) {
             out_row
                 .par_chunks_mut(cols_per_task)
@@ -118,6 +138,25 @@ fn row_times_weight_rows(x_row: &[f32], w: &[f32], out: &mut [f32], j0: usize, d
             *o = x_k.mul_add(wv, *o);
         }
     }
+}
+
+/// [`row_times_weight_rows`] for every row of `x` at once: columns `j0..j0 + width` of
+/// `x · w`, `[n, width]`. Each weight row is read once and used by all `n` rows, so a
+/// few rows cost about one row's memory traffic; each element is still the chain of
+/// fused multiply-adds from 0.0 in order of `k`, bit for bit the one-row result.
+fn rows_times_weight_rows(x: &[f32], w: &[f32], j0: usize, width: usize, d_out: usize) -> Vec<f32> {
+    let d_in = w.len() / d_out;
+    let mut out = vec![0.0f32; x.len() / d_in * width];
+    for k in 0..d_in {
+        let w_k = &w[k * d_out + j0..][..width];
+        for (x_row, out_row) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(width)) {
+            let x_k = x_row[k];
+            for (o, &wv) in out_row.iter_mut().zip(w_k) {
+                *o = x_k.mul_add(wv, *o);
+            }
+        }
+    }
+    out
 }
 
 /// Rows per register tile in prefill, and columns (2 AVX2 registers of 8).

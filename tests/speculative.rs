@@ -316,8 +316,8 @@ fn sampled_chi_square(drafter_kind: &str, rule: AcceptRule, len: usize) -> (f64,
     let k = len - 1;
     let model = stat_model(11);
     let draft_model = stat_model(12); // another model: q differs from p
-    // Temperature 2 flattens the random model's peaked distributions: more cells with
-    // enough expected counts, so more power against wrong rules.
+                                      // Temperature 2 flattens the random model's peaked distributions: more cells with
+                                      // enough expected counts, so more power against wrong rules.
     let sampler = SamplerConfig {
         temperature: 2.0,
         ..SamplerConfig::default()
@@ -567,4 +567,120 @@ fn the_report_serialises() {
     assert_eq!(json["drafter"], "ngram:2");
     assert_eq!(g.generated_ids.len(), 8);
     assert!((g.tokens_per_forward - 8.0 / g.target_forwards as f64).abs() < 1e-12);
+}
+
+// ---- the real model: the chapter's measured table ----
+
+/// Plain cached vs speculative on SmolLM2-135M-Instruct, for an input-grounded prompt
+/// (repeat a passage) and an open-ended one (a story), k = 2, 4, 8, each drafter.
+/// Prints a markdown table and the JSON reports. Needs the model; run with
+/// `cargo test --release --test speculative real_model_table -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs models/smollm2-135m-instruct; prints the chapter's measured table"]
+fn real_model_table() {
+    use kvlab::speculative::experiment::run_experiment;
+    use kvlab::tokenizer::{Message, Tokenizer};
+    let dir = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/models/smollm2-135m-instruct"
+    ));
+    let model = kvlab::loader::load_model(dir).unwrap();
+    let tokenizer = Tokenizer::from_dir(dir).unwrap();
+    let article = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/prompts/kv-cache-article.txt"
+    ))
+    .unwrap();
+    let passage: String = article
+        .split_whitespace()
+        .take(120)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let prompts = [
+        (
+            "grounded",
+            format!("Repeat the following passage word for word:\n\n{passage}"),
+        ),
+        (
+            "open-ended",
+            "Write a short story about a lighthouse keeper who finds a message in a bottle."
+                .to_string(),
+        ),
+    ];
+    let max_new: usize = std::env::var("KVLAB_SPEC_TOKENS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let bf16 = LmDrafter::bf16_copy(&model).unwrap();
+    let mut bf16 = Some(bf16);
+    println!("| prompt | drafter | k | acceptance | tokens/forward | c (draft/step) | verify/step | speedup (decode) | speedup (total) | predicted | predicted (measured verify) | identical |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut reports = Vec::new();
+    for (kind, text) in &prompts {
+        let chat = tokenizer
+            .apply_chat_template(&[Message::new("user", text)])
+            .unwrap();
+        let prompt = tokenizer.encode(&chat).unwrap();
+        for spec in ["ngram:3", "early-exit:8", "early-exit:20", "bf16"] {
+            for k in [2, 4, 8] {
+                let opts = SpecOptions {
+                    eos_ids: model.config.eos_ids(),
+                    ..SpecOptions::greedy(max_new, k)
+                };
+                let mut built;
+                let drafter: &mut dyn Drafter = if spec == "bf16" {
+                    bf16.as_mut().unwrap()
+                } else {
+                    built = spec.parse::<DrafterSpec>().unwrap().build(&model).unwrap();
+                    built.as_mut()
+                };
+                let e = run_experiment(&model, drafter, &prompt, &opts, CacheKind::Preallocated)
+                    .unwrap();
+                let s = &e.speculative;
+                println!(
+                    "| {kind} ({} tok) | {} | {k} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {} |",
+                    e.prompt_tokens,
+                    s.drafter,
+                    s.acceptance_rate,
+                    s.tokens_per_forward,
+                    e.draft_cost_ratio,
+                    e.verify_cost_ratio,
+                    e.speedup_decode,
+                    e.speedup_total,
+                    e.predicted_speedup,
+                    e.predicted_speedup_measured_verify,
+                    e.tokens_identical,
+                );
+                assert!(e.tokens_identical, "{spec} k={k}: greedy tokens differ");
+                reports.push(serde_json::json!({"prompt": kind, "experiment": e}));
+            }
+        }
+    }
+    bf16.take();
+    println!("{}", serde_json::to_string(&reports).unwrap());
+}
+
+/// A verify pass runs 2-11 rows through `matmul` at once: each row must be the bits of
+/// the same row computed alone (a decode step).
+#[test]
+fn matmul_few_rows_equal_single_rows() {
+    let (d_in, d_out) = (70, 2100); // several column strips, one of them ragged
+    let w: Vec<f32> = (0..d_in * d_out)
+        .map(|i| ((i as f32) * 0.1213).cos())
+        .collect();
+    for n in 2..13 {
+        let x: Vec<f32> = (0..n * d_in).map(|i| ((i as f32) * 0.7311).sin()).collect();
+        let mut batch = vec![0.0; n * d_out];
+        kvlab::ops::matmul(&x, &w, &mut batch, d_in, d_out);
+        for r in 0..n {
+            let mut single = vec![0.0; d_out];
+            kvlab::ops::matmul(&x[r * d_in..(r + 1) * d_in], &w, &mut single, d_in, d_out);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&single),
+                bits(&batch[r * d_out..(r + 1) * d_out]),
+                "n={n} row {r}"
+            );
+        }
+    }
 }
