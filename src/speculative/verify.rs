@@ -14,7 +14,7 @@ use super::sampling::{accept_or_resample, distribution, AcceptRule, Verdict};
 use crate::cache::KvStore;
 use crate::error::Result;
 use crate::model::{KvSource, Model};
-use crate::ops::argmax;
+use crate::ops::{self, argmax};
 use crate::rng::Rng;
 use crate::sampler::SamplerConfig;
 
@@ -31,9 +31,22 @@ pub fn verify_pass(
     let dim = model.config.hidden_size;
     let hidden = hidden.as_slice().expect("arrays in kvlab are contiguous");
     let first = tokens.len() - n_rows.min(tokens.len());
-    Ok((first..tokens.len())
-        .map(|i| model.logits(&hidden[i * dim..(i + 1) * dim]))
-        .collect())
+    Ok(logits_rows(model, &hidden[first * dim..]))
+}
+
+/// [`Model::logits`] for every row of `hidden` (`[n, dim]`) in one LM-head matmul.
+/// The head is `dim x vocab` (a fifth of SmolLM2's weights): one pass streams it once
+/// for all rows, where `n` calls of `Model::logits` would stream it `n` times. Row by
+/// row the arithmetic is `Model::logits`'s (row-independent kernels), bit for bit.
+fn logits_rows(model: &Model, hidden: &[f32]) -> Vec<Vec<f32>> {
+    let norm = model.final_norm.as_slice().expect("contiguous");
+    let mut normed = vec![0.0f32; hidden.len()]; // [n, dim]
+    ops::rmsnorm(hidden, norm, model.config.rms_norm_eps as f32, &mut normed);
+    let (dim, vocab) = model.lm_head.dim();
+    let mut logits = vec![0.0f32; hidden.len() / dim * vocab]; // [n, vocab]
+    let head = model.lm_head.as_slice().expect("contiguous");
+    ops::matmul(&normed, head, &mut logits, dim, vocab);
+    logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
 }
 // ANCHOR_END: verify_pass
 
