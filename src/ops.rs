@@ -140,20 +140,24 @@ fn row_times_weight_rows(x_row: &[f32], w: &[f32], out: &mut [f32], j0: usize, d
     }
 }
 
-/// [`row_times_weight_rows`] for every row of `x` at once: columns `j0..j0 + width` of
-/// `x · w`, `[n, width]`. Each weight row is read once and used by all `n` rows, so a
-/// few rows cost about one row's memory traffic; each element is still the chain of
-/// fused multiply-adds from 0.0 in order of `k`, bit for bit the one-row result.
+/// Columns `j0..j0 + width` of `x · w` for a few rows (2-11), `[n, width]`, in register
+/// tiles of all `n` rows x 16 columns ([`tile`]): each weight value is loaded once and
+/// used by every row while the sums stay in registers, so a few rows cost about one
+/// row's memory traffic. Each element is still the chain of fused multiply-adds from 0.0
+/// in order of `k`: bit for bit the one-row result.
 fn rows_times_weight_rows(x: &[f32], w: &[f32], j0: usize, width: usize, d_out: usize) -> Vec<f32> {
     let d_in = w.len() / d_out;
     let mut out = vec![0.0f32; x.len() / d_in * width];
-    for k in 0..d_in {
-        let w_k = &w[k * d_out + j0..][..width];
-        for (x_row, out_row) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(width)) {
-            let x_k = x_row[k];
-            for (o, &wv) in out_row.iter_mut().zip(w_k) {
-                *o = x_k.mul_add(wv, *o);
-            }
+    // Groups of up to 6 rows (12 accumulator registers of 8 lanes): 9 rows = 6 + 3.
+    let group = PREFILL_ROWS;
+    for (x_g, out_g) in x.chunks(group * d_in).zip(out.chunks_mut(group * width)) {
+        match x_g.len() / d_in {
+            1 => matmul_rows::<1, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
+            2 => matmul_rows::<2, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
+            3 => matmul_rows::<3, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
+            4 => matmul_rows::<4, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
+            5 => matmul_rows::<5, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
+            _ => matmul_rows::<PREFILL_ROWS, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
         }
     }
     out

@@ -684,3 +684,40 @@ fn matmul_few_rows_equal_single_rows() {
         }
     }
 }
+
+/// The premise, measured: one pass over `1 + k` tokens on a 180-position cache vs one
+/// decode step (medians of interleaved repetitions, to be fair on a shared machine).
+#[test]
+#[ignore = "needs models/smollm2-135m-instruct; prints verify-pass cost per row count"]
+fn real_model_verify_cost() {
+    let dir = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/models/smollm2-135m-instruct"
+    ));
+    let model = kvlab::loader::load_model(dir).unwrap();
+    let context: Vec<u32> = (0..180).map(|i| 100 + i * 7).collect();
+    let mut cache = new_store(&model.config, CacheKind::Preallocated, 200, 16).unwrap();
+    model
+        .forward(&context, KvSource::Cache(cache.as_mut()))
+        .unwrap();
+    let rows = [1usize, 3, 5, 9];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    for _ in 0..9 {
+        for (i, &n) in rows.iter().enumerate() {
+            let tokens: Vec<u32> = (0..n as u32).map(|t| 500 + t).collect();
+            let start = std::time::Instant::now();
+            kvlab::speculative::verify::verify_pass(&model, cache.as_mut(), &tokens, n).unwrap();
+            times[i].push(start.elapsed().as_secs_f64() * 1e3);
+            cache.truncate(context.len());
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let one = median(&mut times[0].clone());
+    for (i, &n) in rows.iter().enumerate() {
+        let m = median(&mut times[i]);
+        println!("| {n} rows | {m:.1} ms | {:.2} steps |", m / one);
+    }
+}
