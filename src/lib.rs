@@ -31,6 +31,7 @@ pub mod ops;
 pub mod random_model;
 pub mod rng;
 pub mod sampler;
+pub mod speculative;
 pub mod tokenizer;
 
 pub use config::Config;

@@ -100,6 +100,23 @@ impl Model {
 
     /// The final hidden states of every token, `[n, dim]`, before the final norm.
     pub fn forward_hidden(&self, tokens: &[u32], kv: &mut KvSource) -> Result<Array2<f32>> {
+        self.forward_hidden_layers(tokens, kv, self.layers.len())
+    }
+
+    /// The same pass through the first `n_layers` layers only: an early exit, the
+    /// self-speculative draft of `src/speculative/early_exit.rs`.
+    pub fn forward_hidden_layers(
+        &self,
+        tokens: &[u32],
+        kv: &mut KvSource,
+        n_layers: usize,
+    ) -> Result<Array2<f32>> {
+        let layers = self.layers.get(..n_layers).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "cannot run {n_layers} layers of a {}-layer model",
+                self.layers.len()
+            ))
+        })?;
         let c = &self.config;
         let (dim, n) = (c.hidden_size, tokens.len());
         let heads = Heads::of(&self.config);
@@ -151,7 +168,7 @@ impl Model {
         };
 
         let mut xb = vec![0.0f32; n * dim]; // normalised input of a sub-block, [n, dim]
-        for (l, layer) in self.layers.iter().enumerate() {
+        for (l, layer) in layers.iter().enumerate() {
             let x_s = x.as_slice_mut().expect("x is contiguous");
 
             // ---- attention block ----

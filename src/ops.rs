@@ -66,13 +66,33 @@ pub fn matmul(x: &[f32], w: &[f32], out: &mut [f32], d_in: usize, d_out: usize) 
     assert_eq!(x.len(), n * d_in, "x is not [n, d_in]");
     assert_eq!(w.len(), d_in * d_out, "w is not [d_in, d_out]");
     assert_eq!(out.len(), n * d_out, "out is not [n, d_out]");
-    if n < 2 * PREFILL_ROWS {
+    let cols_per_task = 2048.min(
+        d_out
+            .div_ceil(rayon::current_num_threads())
+            .next_multiple_of(16),
+    );
+    if (2..2 * PREFILL_ROWS).contains(&n) {
+        // A few rows (a speculative verify pass, a short chunk): still memory-bound, so
+        // stream each weight row once for all of them (see `rows_times_weight_rows`).
+        let strips: Vec<(usize, Vec<f32>)> = (0..d_out)
+            .step_by(cols_per_task)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|j0| {
+                (
+                    j0,
+                    rows_times_weight_rows(x, w, j0, cols_per_task.min(d_out - j0), d_out),
+                )
+            })
+            .collect();
+        for (j0, strip) in strips {
+            let width = strip.len() / n;
+            for (dst, src) in out.chunks_exact_mut(d_out).zip(strip.chunks_exact(width)) {
+                dst[j0..j0 + width].copy_from_slice(src);
+            }
+        }
+    } else if n < 2 * PREFILL_ROWS {
         // Decode: one row at a time, its output columns split across threads.
-        let cols_per_task = 2048.min(
-            d_out
-                .div_ceil(rayon::current_num_threads())
-                .next_multiple_of(16),
-        );
         for (x_row, out_row) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(d_out)) {
             out_row
                 .par_chunks_mut(cols_per_task)
@@ -118,6 +138,29 @@ fn row_times_weight_rows(x_row: &[f32], w: &[f32], out: &mut [f32], j0: usize, d
             *o = x_k.mul_add(wv, *o);
         }
     }
+}
+
+/// Columns `j0..j0 + width` of `x · w` for a few rows (2-11), `[n, width]`, in register
+/// tiles of all `n` rows x 16 columns ([`tile`]): each weight value is loaded once and
+/// used by every row while the sums stay in registers, so a few rows cost about one
+/// row's memory traffic. Each element is still the chain of fused multiply-adds from 0.0
+/// in order of `k`: bit for bit the one-row result.
+fn rows_times_weight_rows(x: &[f32], w: &[f32], j0: usize, width: usize, d_out: usize) -> Vec<f32> {
+    let d_in = w.len() / d_out;
+    let mut out = vec![0.0f32; x.len() / d_in * width];
+    // Groups of up to 6 rows (12 accumulator registers of 8 lanes): 9 rows = 6 + 3.
+    let group = PREFILL_ROWS;
+    for (x_g, out_g) in x.chunks(group * d_in).zip(out.chunks_mut(group * width)) {
+        match x_g.len() / d_in {
+            1 => matmul_rows::<1, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
+            2 => matmul_rows::<2, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
+            3 => matmul_rows::<3, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
+            4 => matmul_rows::<4, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
+            5 => matmul_rows::<5, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
+            _ => matmul_rows::<PREFILL_ROWS, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
+        }
+    }
+    out
 }
 
 /// Rows per register tile in prefill, and columns (2 AVX2 registers of 8).
