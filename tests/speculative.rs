@@ -15,8 +15,9 @@
 mod common;
 
 use common::{bits, cached_step_logits, tiny_config};
+use kvlab::backend::generate;
 use kvlab::cache::{new_store, CacheKind, KvStore, PagedCache, PagedSeq};
-use kvlab::generate::{generate, GenerateOptions, PathKind};
+use kvlab::generate::{GenerateOptions, PathKind};
 use kvlab::model::KvSource;
 use kvlab::rng::Rng;
 use kvlab::sampler::SamplerConfig;
@@ -578,7 +579,7 @@ fn the_report_serialises() {
 #[test]
 #[ignore = "needs models/smollm2-135m-instruct; prints the chapter's measured table"]
 fn real_model_table() {
-    use kvlab::speculative::experiment::run_experiment;
+    use kvlab::lab::speculative::run_experiment;
     use kvlab::tokenizer::{Message, Tokenizer};
     let dir = std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),

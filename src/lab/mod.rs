@@ -10,6 +10,7 @@
 //! | [`trace`] (+ [`svg`]) | `kvlab trace` | cache-layouts.md |
 //! | [`capacity`] | `kvlab capacity` | capacity.md |
 //! | [`shared_prompt`] | `kvlab prefix` | prefix-caching.md |
+//! | [`speculative`] | `kvlab compare --speculative` | speculative.md |
 //! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
@@ -21,6 +22,7 @@ pub mod compare;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
 pub mod shared_prompt;
+pub mod speculative;
 pub mod svg;
 pub mod timing;
 pub mod trace;

@@ -6,7 +6,7 @@
 //! Reading order: [`drafter`] (the trait and the spec) → [`ngram`], [`early_exit`],
 //! [`bf16`] (three drafters) → [`verify`] (one pass, the longest agreeing prefix) →
 //! [`sampling`] (the accept/resample rule that keeps sampling exact) → [`decode`] (the
-//! loop, with rollback and the stop conditions of plain decoding) → [`experiment`]
+//! loop, with rollback and the stop conditions of plain decoding) → the experiment in `lab::speculative`
 //! (plain cached vs speculative, measured and predicted).
 //!
 //! Greedy output is token-for-token that of plain cached decoding, and on the CPU the
@@ -17,7 +17,6 @@ pub mod bf16;
 pub mod decode;
 pub mod drafter;
 pub mod early_exit;
-pub mod experiment;
 pub mod ngram;
 pub mod sampling;
 pub mod verify;

@@ -14,13 +14,12 @@
 //! memory-bound: the weights are streamed once whatever the number of rows). That is
 //! measured too (`verify_cost_ratio`), and a second prediction uses the measured cost.
 
-use super::decode::{generate_speculative, SpecGeneration};
-use super::drafter::Drafter;
-use super::SpecOptions;
+use crate::backend::{cpu_decoder, CacheLayout};
 use crate::cache::{CacheKind, DEFAULT_BLOCK_SIZE};
 use crate::error::Result;
-use crate::generate::{check_request, cpu_decoder_with, generate_with, GenerateOptions, PathKind};
+use crate::generate::{check_request, generate_with, GenerateOptions, PathKind};
 use crate::model::Model;
+use crate::speculative::{generate_speculative, Drafter, SpecGeneration, SpecOptions};
 use serde::Serialize;
 
 /// One plain-vs-speculative comparison.
@@ -84,7 +83,11 @@ pub fn run_experiment(
         eos_ids: opts.eos_ids.clone(),
     };
     let (n, max_new, bs) = (prompt.len(), opts.max_new_tokens, DEFAULT_BLOCK_SIZE);
-    let mut decoder = cpu_decoder_with(model, PathKind::Cached, cache, bs, n, max_new)?;
+    let layout = CacheLayout {
+        kind: cache,
+        block_size: bs,
+    };
+    let mut decoder = cpu_decoder(model, PathKind::Cached, layout, n, max_new)?;
     let plain = generate_with(decoder.as_mut(), prompt, &plain_opts, |_| {})?;
     drop(decoder);
 
