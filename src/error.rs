@@ -56,7 +56,7 @@ pub enum Error {
         max_seq_len: usize,
     },
 
-    #[error("prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) = {} exceeds the model's context of {max_seq_len} tokens: lower --max-new-tokens to at most {}", prompt_len + max_new_tokens, max_seq_len.saturating_sub(*prompt_len))]
+    #[error("prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) = {} exceeds the model's context of {max_seq_len} tokens: lower --max-new-tokens to at most {}", prompt_len.saturating_add(*max_new_tokens), max_seq_len.saturating_sub(*prompt_len))]
     ContextOverflow {
         prompt_len: usize,
         max_new_tokens: usize,
@@ -93,6 +93,15 @@ pub enum Error {
 
     #[error("CUDA: {0}")]
     Cuda(String),
+
+    #[error("{path}: {msg}")]
+    InvalidFile { path: PathBuf, msg: String },
+
+    #[error("cannot allocate {bytes} bytes for {what}: the input asks for more memory than this machine can give; use a smaller model, prompt or --max-new-tokens")]
+    OutOfMemory { what: String, bytes: u128 },
+
+    #[error("{0}")]
+    NonFinite(String),
 }
 
 impl Error {

@@ -19,6 +19,7 @@ pub mod generate;
 pub mod gguf;
 pub mod kv_cache;
 pub mod kv_size;
+pub mod limits;
 pub mod loader;
 pub mod model;
 pub mod ops;
