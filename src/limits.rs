@@ -52,10 +52,12 @@ pub const MAX_GGUF_BYTES: u64 = 64 << 30;
 /// crate refuses more than 100 MB too.
 pub const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
 
-/// minijinja fuel for one chat-template render: instructions executed plus bytes
-/// of values built. A real template spends a few thousand per message; this
-/// stops an endless loop or a string doubled 64 times within a second.
-pub const TEMPLATE_FUEL: u64 = 50_000_000;
+/// minijinja fuel for one chat-template render. One unit pays for one instruction
+/// or for 64 bytes of values built or written (minijinja's `UNITS_PER_FUEL`), so
+/// this bounds a render to ~2M instructions and ~128 MB of strings. A real template
+/// spends a few hundred units per message (plus its text / 64); an endless loop or
+/// a string doubled 64 times runs dry in well under a second.
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
 /// The rendered conversation, in bytes: at ~4 bytes a token, 4x the largest context kvlab takes.
 pub const MAX_TEMPLATE_OUTPUT: usize = 16 << 20;
 

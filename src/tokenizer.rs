@@ -46,8 +46,7 @@ impl Tokenizer {
             )));
         }
         let bytes = limits::read_capped(&path, limits::MAX_TOKENIZER_BYTES, "tokenizer.json")?;
-        let inner = tokenizers::Tokenizer::from_bytes(&bytes)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        let inner = parse_tokenizer_json(&path, &bytes)?;
         drop(bytes);
         let config_path = dir.join("tokenizer_config.json");
         let config: serde_json::Value = if config_path.exists() {
@@ -184,6 +183,25 @@ impl Tokenizer {
         }
     }
     // ANCHOR_END: chat_template
+}
+
+/// Parses `tokenizer.json` with the `tokenizers` library, which panics (an
+/// `.expect("Helper")` in its decoder deserializer, found by `tests/fuzz_loaders.rs`)
+/// on JSON that is malformed or nested too deep inside `"decoder"`. So the bytes
+/// are first checked to be well-formed JSON within serde_json's nesting limit, and
+/// any panic left is still caught and reported as an error about this file.
+fn parse_tokenizer_json(path: &Path, bytes: &[u8]) -> Result<tokenizers::Tokenizer> {
+    let bad = |msg: String| Error::Tokenizer(format!("{}: {msg}", path.display()));
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+        .map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    match std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(bytes)) {
+        Ok(Ok(tokenizer)) => Ok(tokenizer),
+        Ok(Err(e)) => Err(bad(e.to_string())),
+        Err(_) => Err(bad(
+            "the tokenizers library cannot read this file (it panicked): the file is corrupt"
+                .into(),
+        )),
+    }
 }
 
 /// The chat template of a `tokenizer_config.json`: a string, or (as Hugging Face

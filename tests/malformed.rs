@@ -444,7 +444,7 @@ fn cases() -> Vec<Case> {
                 truncate(&m.join("tokenizer.json"), 0.5);
                 generate_args(m)
             },
-            expect: "tokenizer.json: EOF while parsing",
+            expect: "tokenizer.json: not valid JSON: EOF while parsing",
         },
         Case {
             name: "tokenizer is /dev/zero",
@@ -465,6 +465,17 @@ fn cases() -> Vec<Case> {
                 generate_args(m)
             },
             expect: "tokenizer.json: ",
+        },
+        Case {
+            name: "tokenizer decoder JSON broken (the tokenizers crate panicked here)",
+            setup: |m| {
+                let text = serde_json::to_string_pretty(&tokenizer_json())
+                    .unwrap()
+                    .replace("\"decoder\": null", "\"decoder\": nulm");
+                std::fs::write(m.join("tokenizer.json"), text).unwrap();
+                generate_args(m)
+            },
+            expect: "tokenizer.json: not valid JSON: expected ident",
         },
         Case {
             name: "tokenizer top level not an object",
