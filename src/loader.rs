@@ -44,10 +44,11 @@ impl WeightFiles {
                 ),
             ));
         };
+        // Each file's header against its size first (a truncated file says so),
+        // then all of them against the config, before reading any tensor data.
         let mut total: u64 = 0;
         for path in &files {
-            let len = limits::regular_file_len(path, "weights")?;
-            total = total.saturating_add(len);
+            total = total.saturating_add(check_safetensors_size(path)?);
         }
         let needed = limits::min_weight_bytes(config)?;
         if total < needed {
@@ -60,7 +61,8 @@ impl WeightFiles {
         let mut maps = Vec::new();
         let mut index = HashMap::new();
         for path in files {
-            let map = read_safetensors(&path)?;
+            let len = check_safetensors_size(&path)?;
+            let map = limits::read_capped(&path, len, "weights")?;
             let tensors = SafeTensors::deserialize(&map).map_err(|e| Error::Safetensors {
                 path: path.clone(),
                 msg: e.to_string(),
@@ -169,11 +171,11 @@ pub(crate) fn check_finite(name: &str, path: &Path, values: &[f32]) -> Result<()
 }
 // ANCHOR_END: check_finite
 
-/// Reads a safetensors file after checking its header against its size: the
+/// Checks a safetensors file's header against its size and returns the size: the
 /// 8-byte header length, the JSON directory, and the tensor data the directory
 /// declares must add up to the file's length, so a truncated file (or one whose
 /// header claims terabytes) is refused before its data is read.
-fn read_safetensors(path: &Path) -> Result<Vec<u8>> {
+fn check_safetensors_size(path: &Path) -> Result<u64> {
     let len = limits::regular_file_len(path, "weights")?;
     let bad = |msg: String| Error::Safetensors {
         path: path.to_path_buf(),
@@ -220,7 +222,7 @@ fn read_safetensors(path: &Path) -> Result<Vec<u8>> {
             data_len
         )));
     }
-    limits::read_capped(path, len, "weights")
+    Ok(len)
 }
 
 /// The shard files named in `model.safetensors.index.json`'s `weight_map`.

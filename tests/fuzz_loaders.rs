@@ -284,7 +284,7 @@ proptest! {
     ]), ty in prop_oneof![Just(4u32), Just(5), Just(6), Just(8), Just(10), Just(11)], value in interesting_u64()) {
         let mut g = tiny_gguf();
         let raw = match ty {
-            4 | 5 | 6 => (value as u32).to_le_bytes().to_vec(),
+            4..=6 => (value as u32).to_le_bytes().to_vec(),
             8 => gguf_string(&value.to_string()),
             _ => value.to_le_bytes().to_vec(),
         };

@@ -318,7 +318,7 @@ fn cases() -> Vec<Case> {
                 std::fs::write(m.join("model.safetensors"), b"").unwrap();
                 generate_args(m)
             },
-            expect: "but the weight files hold 0 bytes",
+            expect: "0 bytes is too short for the 8-byte header length",
         },
         Case {
             name: "weights are /dev/zero",
