@@ -5,6 +5,7 @@
 //! than `n_heads` under grouped-query attention), the head size, the context.
 
 use crate::error::{Error, Result};
+use crate::limits;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -68,13 +69,19 @@ fn default_model_type() -> String {
 }
 
 impl Config {
-    /// Reads and validates `config.json`.
+    /// Reads and validates `config.json`: a regular file of at most
+    /// [`limits::MAX_JSON_BYTES`], describing a Llama-family model whose sizes are
+    /// inside [`limits::check_shape`]'s bounds.
     pub fn from_file(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let config: Config = serde_json::from_str(&text).map_err(|e| Error::Config {
+        let text = limits::read_text_capped(path, limits::MAX_JSON_BYTES, "config.json")?;
+        let bad = |msg: String| Error::Config {
             path: path.to_path_buf(),
-            msg: e.to_string(),
-        })?;
+            msg,
+        };
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        check_architecture(&json).map_err(bad)?;
+        let config: Config = serde_json::from_value(json).map_err(|e| bad(e.to_string()))?;
         config.validate()?;
         Ok(config)
     }
@@ -101,7 +108,8 @@ impl Config {
         }
     }
 
-    /// Checks the relations between the sizes that the forward pass relies on.
+    /// Checks every size against kvlab's bounds ([`limits::check_shape`]), then the
+    /// relations between the sizes that the forward pass relies on.
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::InvalidConfig(msg));
         let positive = [
@@ -118,6 +126,7 @@ impl Config {
                 return bad(format!("{name} is 0"));
             }
         }
+        limits::check_shape(self)?;
         let (n_heads, n_kv_heads) = (self.num_attention_heads, self.n_kv_heads());
         if !n_heads.is_multiple_of(n_kv_heads) {
             return bad(format!(
@@ -172,5 +181,51 @@ impl Config {
             rope_scaling: None,
             model_type: "llama".into(),
         }
+    }
+}
+
+/// The Llama-family architectures kvlab's forward pass computes correctly: the same
+/// blocks (RMSNorm, RoPE, GQA, SwiGLU), Qwen2's q/k/v biases included.
+pub const SUPPORTED_MODEL_TYPES: [&str; 2] = ["llama", "qwen2"];
+
+/// Refuses a `config.json` written for another architecture. A Mamba or GPT-2
+/// checkpoint whose sizes happen to parse would otherwise run as a Llama and
+/// generate garbage with exit code 0. A missing `model_type` means Llama (old
+/// Llama configs leave it out); `architectures`, when present, must agree.
+fn check_architecture(json: &serde_json::Value) -> std::result::Result<(), String> {
+    if !json.is_object() {
+        return Err("expected a JSON object of model settings".into());
+    }
+    let model_type = match &json["model_type"] {
+        serde_json::Value::Null => "llama",
+        serde_json::Value::String(s) => s.as_str(),
+        other => return Err(format!("`model_type` is {other}, not a string")),
+    };
+    if !SUPPORTED_MODEL_TYPES.contains(&model_type) {
+        return Err(format!(
+            "model_type is `{model_type}`; kvlab runs Llama-family models only ({}): this checkpoint needs another engine",
+            SUPPORTED_MODEL_TYPES.join(", ")
+        ));
+    }
+    match &json["architectures"] {
+        serde_json::Value::Null => Ok(()),
+        serde_json::Value::Array(names) => {
+            for name in names {
+                let name = name
+                    .as_str()
+                    .ok_or_else(|| format!("`architectures` holds {name}, not a class name"))?;
+                let known = ["LlamaForCausalLM", "Qwen2ForCausalLM"];
+                if !known.contains(&name) {
+                    return Err(format!(
+                        "architectures names `{name}`; kvlab runs {} only",
+                        known.join(" and ")
+                    ));
+                }
+            }
+            Ok(())
+        }
+        other => Err(format!(
+            "`architectures` is {other}, not a list of class names"
+        )),
     }
 }

@@ -56,7 +56,7 @@ pub enum Error {
         max_seq_len: usize,
     },
 
-    #[error("prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) = {} exceeds the model's context of {max_seq_len} tokens: lower --max-new-tokens to at most {}", prompt_len + max_new_tokens, max_seq_len.saturating_sub(*prompt_len))]
+    #[error("prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) = {} exceeds the model's context of {max_seq_len} tokens: lower --max-new-tokens to at most {}", prompt_len.saturating_add(*max_new_tokens), max_seq_len.saturating_sub(*prompt_len))]
     ContextOverflow {
         prompt_len: usize,
         max_new_tokens: usize,
@@ -79,11 +79,6 @@ pub enum Error {
         needed: usize,
     },
 
-    /// A fallible allocation the allocator refused: every cache buffer is allocated this way,
-    /// so a request too large for this machine is an error, not an abort.
-    #[error("cannot allocate {bytes} bytes for {what}: lower --max-new-tokens, the prompt length, --max-context or --budget")]
-    OutOfMemory { what: &'static str, bytes: usize },
-
     #[error("token id {id} is outside the vocabulary (size {vocab_size})")]
     TokenOutOfRange { id: u32, vocab_size: usize },
 
@@ -105,6 +100,18 @@ pub enum Error {
 
     #[error("CUDA: {0}")]
     Cuda(String),
+
+    #[error("{path}: {msg}")]
+    InvalidFile { path: PathBuf, msg: String },
+
+    /// A fallible allocation the allocator refused (or a size that overflowed): every
+    /// buffer sized by input is allocated this way, so a request too large for this machine
+    /// is an error, not an abort.
+    #[error("cannot allocate {bytes} bytes for {what}: the input asks for more memory than this machine can give; lower --max-new-tokens, the prompt length, --max-context or --budget, or use a smaller model")]
+    OutOfMemory { what: String, bytes: u128 },
+
+    #[error("{0}")]
+    NonFinite(String),
 }
 
 impl Error {

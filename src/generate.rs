@@ -4,6 +4,7 @@
 
 use crate::cache::{KvBytes, KvStore, PreallocatedCache};
 use crate::error::{Error, Result};
+use crate::limits::try_vec;
 use crate::model::{KvSource, Model};
 use crate::sampler::{Sampler, SamplerConfig};
 use serde::Serialize;
@@ -134,7 +135,12 @@ pub fn check_request(model: &Model, prompt: &[u32], max_new_tokens: usize) -> Re
             max_seq_len,
         });
     }
-    if prompt.len() + max_new_tokens > max_seq_len {
+    // checked_add: a max_new_tokens near usize::MAX must not wrap into a small sum.
+    if prompt
+        .len()
+        .checked_add(max_new_tokens)
+        .is_none_or(|total| total > max_seq_len)
+    {
         return Err(Error::ContextOverflow {
             prompt_len: prompt.len(),
             max_new_tokens,
@@ -162,15 +168,18 @@ pub fn generate_with(
         return Err(Error::EmptyPrompt);
     }
     let mut sampler = Sampler::new(opts.sampler);
-    let mut generated = Vec::with_capacity(opts.max_new_tokens);
-    let mut token_ms = Vec::with_capacity(opts.max_new_tokens);
-    let mut token_kv_bytes_used = Vec::with_capacity(opts.max_new_tokens);
-    let mut token_kv_bytes_reserved = Vec::with_capacity(opts.max_new_tokens);
+    // Sized by the request: reserved fallibly (a decoder that skipped
+    // `check_request` could be asked for a billion tokens).
+    let n = opts.max_new_tokens;
+    let mut generated = try_vec(n, "the generated token ids")?;
+    let mut token_ms = try_vec(n, "the per-token timings")?;
+    let mut token_kv_bytes_used = try_vec(n, "the per-token KV trace")?;
+    let mut token_kv_bytes_reserved = try_vec(n, "the per-token KV trace")?;
 
     // Prefill: the whole prompt in one pass. Its end is the first token: TTFT.
     let start = Instant::now();
     let logits = decoder.prefill(prompt)?;
-    let mut token = sampler.sample(&logits);
+    let mut token = sampler.sample(&logits)?;
     token_ms.push(start.elapsed().as_secs_f64() * 1e3);
     let bytes = decoder.kv_bytes();
     token_kv_bytes_used.push(bytes.used);
@@ -190,7 +199,7 @@ pub fn generate_with(
         }
         let step_start = Instant::now();
         let logits = decoder.step(token)?;
-        token = sampler.sample(&logits);
+        token = sampler.sample(&logits)?;
         token_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
         let bytes = decoder.kv_bytes();
         token_kv_bytes_used.push(bytes.used);

@@ -25,6 +25,7 @@ pub mod generate;
 pub mod gguf;
 pub mod kv_size;
 pub mod lab;
+pub mod limits;
 pub mod loader;
 pub mod model;
 pub mod ops;

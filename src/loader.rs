@@ -9,11 +9,13 @@
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::limits;
 use crate::model::{Layer, Model};
 use half::{bf16, f16};
 use ndarray::{Array1, Array2};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The safetensors files of a model, read into memory, and which file holds each tensor.
@@ -24,7 +26,9 @@ struct WeightFiles {
 }
 
 impl WeightFiles {
-    fn open(dir: &Path) -> Result<WeightFiles> {
+    /// Finds the weight files, checks that together they are large enough for the
+    /// parameters `config` implies (before reading a byte of them), then reads them.
+    fn open(dir: &Path, config: &Config) -> Result<WeightFiles> {
         let single = dir.join("model.safetensors");
         let index_path = dir.join("model.safetensors.index.json");
         let files: Vec<PathBuf> = if single.exists() {
@@ -40,10 +44,25 @@ impl WeightFiles {
                 ),
             ));
         };
+        // Each file's header against its size first (a truncated file says so),
+        // then all of them against the config, before reading any tensor data.
+        let mut total: u64 = 0;
+        for path in &files {
+            total = total.saturating_add(check_safetensors_size(path)?);
+        }
+        let needed = limits::min_weight_bytes(config)?;
+        if total < needed {
+            return Err(Error::InvalidConfig(format!(
+                "config.json describes {} layers, hidden {}, vocab {}: at least {needed} bytes of weights, \
+                 but the weight files hold {total} bytes. The config and the weights do not belong together",
+                config.num_hidden_layers, config.hidden_size, config.vocab_size
+            )));
+        }
         let mut maps = Vec::new();
         let mut index = HashMap::new();
         for path in files {
-            let map = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+            let len = check_safetensors_size(&path)?;
+            let map = limits::read_capped(&path, len, "weights")?;
             let tensors = SafeTensors::deserialize(&map).map_err(|e| Error::Safetensors {
                 path: path.clone(),
                 msg: e.to_string(),
@@ -78,19 +97,23 @@ impl WeightFiles {
             });
         }
         let bytes = view.data();
-        let values = match view.dtype() {
-            Dtype::F32 => bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            Dtype::BF16 => bytes
-                .chunks_exact(2)
-                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            Dtype::F16 => bytes
-                .chunks_exact(2)
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
+        let mut values = limits::try_vec::<f32>(view.shape().iter().product(), name)?;
+        match view.dtype() {
+            Dtype::F32 => values.extend(
+                bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            ),
+            Dtype::BF16 => values.extend(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+            ),
+            Dtype::F16 => values.extend(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()),
+            ),
             other => {
                 return Err(Error::TensorDtype {
                     name: name.to_string(),
@@ -98,6 +121,7 @@ impl WeightFiles {
                 })
             }
         };
+        check_finite(name, path, &values)?;
         Ok(values)
     }
 
@@ -130,25 +154,119 @@ impl WeightFiles {
     }
 }
 
-/// The shard files named in `model.safetensors.index.json`'s `weight_map`.
-fn shard_files(index_path: &Path) -> Result<Vec<PathBuf>> {
-    let text = std::fs::read_to_string(index_path).map_err(|e| Error::io(index_path, e))?;
-    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Config {
-        path: index_path.to_path_buf(),
-        msg: e.to_string(),
+// ANCHOR: check_finite
+/// A NaN or an infinity in a weight poisons every logit it touches, and the model
+/// then "generates" garbage with exit code 0. One pass over the values as they are
+/// converted (a few tens of ms for 135M weights) turns that into an error naming
+/// the tensor.
+pub(crate) fn check_finite(name: &str, path: &Path, values: &[f32]) -> Result<()> {
+    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+        return Err(Error::NonFinite(format!(
+            "{}: tensor `{name}` holds {} at index {i}: the checkpoint is corrupt (re-download or re-convert it)",
+            path.display(),
+            values[i]
+        )));
+    }
+    Ok(())
+}
+// ANCHOR_END: check_finite
+
+/// Checks a safetensors file's header against its size and returns the size: the
+/// 8-byte header length, the JSON directory, and the tensor data the directory
+/// declares must add up to the file's length, so a truncated file (or one whose
+/// header claims terabytes) is refused before its data is read.
+fn check_safetensors_size(path: &Path) -> Result<u64> {
+    let len = limits::regular_file_len(path, "weights")?;
+    let bad = |msg: String| Error::Safetensors {
+        path: path.to_path_buf(),
+        msg,
+    };
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut n = [0u8; 8];
+    file.read_exact(&mut n).map_err(|_| {
+        bad(format!(
+            "{len} bytes is too short for the 8-byte header length"
+        ))
     })?;
+    let header_len = u64::from_le_bytes(n);
+    if header_len > limits::MAX_SAFETENSORS_HEADER || header_len > len - 8 {
+        return Err(bad(format!(
+            "the header claims {header_len} bytes, but the file has {len} bytes (and headers are at most {} bytes)",
+            limits::MAX_SAFETENSORS_HEADER
+        )));
+    }
+    let mut header = limits::try_vec::<u8>(header_len as usize, "a safetensors header")?;
+    (&mut file)
+        .take(header_len)
+        .read_to_end(&mut header)
+        .map_err(|e| Error::io(path, e))?;
+    let json: serde_json::Value = serde_json::from_slice(&header)
+        .map_err(|e| bad(format!("the header is not valid JSON: {e}")))?;
+    let entries = json
+        .as_object()
+        .ok_or_else(|| bad("the header is not a JSON object".into()))?;
+    let mut data_len: u64 = 0;
+    for (name, entry) in entries {
+        if name == "__metadata__" {
+            continue;
+        }
+        let end = entry["data_offsets"][1]
+            .as_u64()
+            .ok_or_else(|| bad(format!("tensor `{name}` has no numeric data_offsets")))?;
+        data_len = data_len.max(end);
+    }
+    let declared = 8 + header_len;
+    if declared.checked_add(data_len) != Some(len) {
+        return Err(bad(format!(
+            "the header declares {} bytes of tensor data after {declared} bytes of header, but the file has {len} bytes",
+            data_len
+        )));
+    }
+    Ok(len)
+}
+
+/// The shard files named in `model.safetensors.index.json`'s `weight_map`.
+///
+/// Each name must stay inside the model folder: a plain relative path, without
+/// `..` or a root (an index naming `../../etc/passwd` or `/dev/zero` is refused).
+/// The check is on the name, not on the resolved path, because the Hugging Face
+/// cache keeps shards as symlinks into a sibling `blobs/` folder; the shard itself
+/// must still be a regular file.
+fn shard_files(index_path: &Path) -> Result<Vec<PathBuf>> {
+    let bad = |msg: String| Error::InvalidFile {
+        path: index_path.to_path_buf(),
+        msg,
+    };
+    let text = limits::read_text_capped(
+        index_path,
+        limits::MAX_JSON_BYTES,
+        "model.safetensors.index.json",
+    )?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| bad(format!("not a valid safetensors index (JSON): {e}")))?;
     let map = json["weight_map"]
         .as_object()
-        .ok_or_else(|| Error::Config {
-            path: index_path.to_path_buf(),
-            msg: "no `weight_map` object".into(),
-        })?;
+        .ok_or_else(|| bad("no `weight_map` object naming the shard of each tensor".into()))?;
     let dir = index_path.parent().unwrap_or(Path::new("."));
-    let mut files: Vec<PathBuf> = map
-        .values()
-        .filter_map(|v| v.as_str())
-        .map(|f| dir.join(f))
-        .collect();
+    let mut files = Vec::new();
+    for (tensor, file) in map {
+        let name = file
+            .as_str()
+            .ok_or_else(|| bad(format!("weight_map[`{tensor}`] is {file}, not a file name")))?;
+        let confined = !name.is_empty()
+            && Path::new(name)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !confined {
+            return Err(bad(format!(
+                "weight_map[`{tensor}`] names `{name}`, outside the model folder: shards must be files inside it"
+            )));
+        }
+        files.push(dir.join(name));
+    }
+    if files.is_empty() {
+        return Err(bad("`weight_map` is empty: it names no shard".into()));
+    }
     files.sort();
     files.dedup();
     Ok(files)
@@ -158,10 +276,10 @@ fn shard_files(index_path: &Path) -> Result<Vec<PathBuf>> {
 /// Loads `config.json` and the safetensors weights of a Hugging Face model folder.
 pub fn load_model(dir: &Path) -> Result<Model> {
     if !dir.is_dir() {
-        return Err(Error::ModelFolderMissing(dir.to_path_buf()));
+        return Err(not_a_folder(dir));
     }
     let config = Config::from_file(&dir.join("config.json"))?;
-    let files = WeightFiles::open(dir)?;
+    let files = WeightFiles::open(dir, &config)?;
     model_from(config, &files)
 }
 // ANCHOR_END: load_model
@@ -206,6 +324,19 @@ fn model_from(config: Config, w: &WeightFiles) -> Result<Model> {
         tied_embeddings,
         config,
     })
+}
+
+/// The error for a model path that is not a folder: missing, or a file given
+/// where the folder that holds it was meant.
+pub fn not_a_folder(dir: &Path) -> Error {
+    if dir.exists() {
+        Error::InvalidFile {
+            path: dir.to_path_buf(),
+            msg: "is a file, not a model folder: point --model at the folder holding config.json, *.safetensors and tokenizer.json".into(),
+        }
+    } else {
+        Error::ModelFolderMissing(dir.to_path_buf())
+    }
 }
 
 /// `a` transposed, in standard (row-major) layout.

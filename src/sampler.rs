@@ -5,7 +5,10 @@ use crate::error::{Error, Result};
 use crate::ops::{argmax, softmax};
 use crate::rng::Rng;
 
-/// How to pick tokens. `temperature == 0` means greedy (argmax).
+/// How to pick tokens. `temperature == 0` means greedy (argmax). Any positive
+/// temperature is valid: a tiny one (1e-38) approaches greedy smoothly, because the
+/// sampler divides logit *differences* (see [`Sampler::sample`]); negative, NaN and
+/// infinite temperatures are rejected by [`SamplerConfig::validate`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplerConfig {
     pub temperature: f32,
@@ -31,7 +34,7 @@ impl SamplerConfig {
     pub fn validate(&self) -> Result<()> {
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
             return Err(Error::InvalidArgument(format!(
-                "temperature must be >= 0 (0 = greedy), got {}",
+                "temperature must be a finite number >= 0 (0 = greedy), got {}",
                 self.temperature
             )));
         }
@@ -61,10 +64,22 @@ impl Sampler {
 
     /// Picks the next token. Draws exactly one random number per sampled token,
     /// so two runs with the same seed and the same logits pick the same tokens.
-    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+    ///
+    /// Logits must be finite: a NaN or an infinity (a model whose activations
+    /// overflowed) is an error, never a token chosen from NaN probabilities.
+    pub fn sample(&mut self, logits: &[f32]) -> Result<u32> {
+        if let Some(i) = logits.iter().position(|l| !l.is_finite()) {
+            return Err(Error::NonFinite(format!(
+                "the model produced a non-finite logit ({} for token {i}): its weights or activations overflowed",
+                logits[i]
+            )));
+        }
+        if logits.is_empty() {
+            return Err(Error::InvalidArgument("no logits to sample from".into()));
+        }
         let c = self.config;
         if c.temperature == 0.0 {
-            return argmax(logits) as u32;
+            return Ok(argmax(logits) as u32);
         }
         // Candidates sorted by logit, most likely first (ties: lower id first).
         let mut ids: Vec<usize> = (0..logits.len()).collect();
@@ -72,7 +87,15 @@ impl Sampler {
         if c.top_k > 0 {
             ids.truncate(c.top_k);
         }
-        let mut probs: Vec<f32> = ids.iter().map(|&i| logits[i] / c.temperature).collect();
+        // softmax(l / T) = softmax((l - max) / T). Dividing the *differences* keeps
+        // every value <= 0: a tiny T sends the others to -inf (probability 0) and the
+        // most likely token to 0 (probability 1), the greedy limit, where `l / T`
+        // alone would overflow to inf and make inf - inf = NaN.
+        let max = logits[ids[0]];
+        let mut probs: Vec<f32> = ids
+            .iter()
+            .map(|&i| (logits[i] - max) / c.temperature)
+            .collect();
         softmax(&mut probs);
         // Nucleus: the shortest prefix whose probability mass reaches top_p (at least one).
         let mut mass = 0.0;
@@ -92,10 +115,10 @@ impl Sampler {
         for (n, &p) in probs.iter().enumerate() {
             cdf += p;
             if u < cdf {
-                return ids[n] as u32;
+                return Ok(ids[n] as u32);
             }
         }
-        ids[keep - 1] as u32
+        Ok(ids[keep - 1] as u32)
     }
 }
 // ANCHOR_END: sample

@@ -2,6 +2,7 @@
 //! own chat template (from `tokenizer_config.json`, rendered with minijinja).
 
 use crate::error::{Error, Result};
+use crate::limits;
 use serde::Serialize;
 use std::path::Path;
 
@@ -34,6 +35,9 @@ impl Message {
 impl Tokenizer {
     /// Loads `tokenizer.json` and (if present) `tokenizer_config.json` from a model folder.
     pub fn from_dir(dir: &Path) -> Result<Tokenizer> {
+        if !dir.is_dir() {
+            return Err(crate::loader::not_a_folder(dir));
+        }
         let path = dir.join("tokenizer.json");
         if !path.exists() {
             return Err(Error::Tokenizer(format!(
@@ -41,19 +45,30 @@ impl Tokenizer {
                 path.display()
             )));
         }
-        let inner = tokenizers::Tokenizer::from_file(&path)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        let bytes = limits::read_capped(&path, limits::MAX_TOKENIZER_BYTES, "tokenizer.json")?;
+        let inner = parse_tokenizer_json(&path, &bytes)?;
+        drop(bytes);
         let config_path = dir.join("tokenizer_config.json");
         let config: serde_json::Value = if config_path.exists() {
-            let text =
-                std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
-            serde_json::from_str(&text).map_err(|e| Error::Config {
+            let text = limits::read_text_capped(
+                &config_path,
+                limits::MAX_JSON_BYTES,
+                "tokenizer_config.json",
+            )?;
+            serde_json::from_str(&text).map_err(|e| Error::InvalidFile {
                 path: config_path.clone(),
-                msg: e.to_string(),
+                msg: format!("not a valid tokenizer_config.json: {e}"),
             })?
         } else {
             serde_json::Value::Null
         };
+        let bad = |msg: String| Error::InvalidFile {
+            path: config_path.clone(),
+            msg,
+        };
+        if !config.is_object() && !config.is_null() {
+            return Err(bad("expected a JSON object of tokenizer settings".into()));
+        }
         // Special tokens appear either as plain strings or as {"content": ...} objects.
         let token_str = |key: &str| match &config[key] {
             serde_json::Value::String(s) => s.clone(),
@@ -61,10 +76,26 @@ impl Tokenizer {
         };
         let bos_token = token_str("bos_token");
         let bos_id = inner.token_to_id(&bos_token);
+        let add_bos_token = match &config["add_bos_token"] {
+            serde_json::Value::Null => false,
+            serde_json::Value::Bool(b) => *b,
+            other => {
+                return Err(bad(format!(
+                    "`add_bos_token` is {other}, not true or false"
+                )))
+            }
+        };
+        // Dropping the BOS silently would shift every logit the model was trained with.
+        if add_bos_token && bos_id.is_none() {
+            return Err(bad(format!(
+                "add_bos_token is true but bos_token `{bos_token}` is not in tokenizer.json's vocabulary: \
+                 fix bos_token (or set add_bos_token to false)"
+            )));
+        }
         Ok(Tokenizer {
-            chat_template: config["chat_template"].as_str().map(str::to_string),
+            chat_template: chat_template(&config["chat_template"]).map_err(bad)?,
             eos_token: token_str("eos_token"),
-            add_bos_token: config["add_bos_token"].as_bool().unwrap_or(false),
+            add_bos_token,
             bos_token,
             bos_id,
             inner,
@@ -108,6 +139,9 @@ impl Tokenizer {
             )
         })?;
         let mut env = minijinja::Environment::new();
+        // A template is code from a file: bound its work and its memory (fuel counts
+        // both instructions and the bytes of the values it builds) and its output.
+        env.set_fuel(Some(limits::TEMPLATE_FUEL));
         env.add_function(
             "raise_exception",
             |msg: String| -> std::result::Result<String, minijinja::Error> {
@@ -125,11 +159,98 @@ impl Tokenizer {
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
         };
-        env.get_template("chat")
-            .and_then(|t| t.render(ctx))
-            .map_err(|e| Error::ChatTemplate(e.to_string()))
+        let mut out = CappedWriter {
+            bytes: Vec::new(),
+            cap: limits::MAX_TEMPLATE_OUTPUT,
+        };
+        let rendered = env
+            .get_template("chat")
+            .and_then(|t| t.render_captured_to(ctx, &mut out).map(drop));
+        match rendered {
+            Ok(_) => String::from_utf8(out.bytes)
+                .map_err(|_| Error::ChatTemplate("the rendered text is not UTF-8".into())),
+            Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => Err(Error::ChatTemplate(
+                format!(
+                    "the template ran out of fuel ({} units of work and memory): it loops or builds text without bound; fix chat_template",
+                    limits::TEMPLATE_FUEL
+                ),
+            )),
+            Err(_) if out.bytes.len() >= out.cap => Err(Error::ChatTemplate(format!(
+                "the rendered conversation exceeds {} bytes: fix chat_template or shorten the messages",
+                out.cap
+            ))),
+            Err(e) => Err(Error::ChatTemplate(e.to_string())),
+        }
     }
     // ANCHOR_END: chat_template
+}
+
+/// Parses `tokenizer.json` with the `tokenizers` library, which panics (an
+/// `.expect("Helper")` in its decoder deserializer, found by `tests/fuzz_loaders.rs`)
+/// on JSON that is malformed or nested too deep inside `"decoder"`. So the bytes
+/// are first checked to be well-formed JSON within serde_json's nesting limit, and
+/// any panic left is still caught and reported as an error about this file.
+fn parse_tokenizer_json(path: &Path, bytes: &[u8]) -> Result<tokenizers::Tokenizer> {
+    let bad = |msg: String| Error::Tokenizer(format!("{}: {msg}", path.display()));
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+        .map_err(|e| bad(format!("not valid JSON: {e}")))?;
+    match std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(bytes)) {
+        Ok(Ok(tokenizer)) => Ok(tokenizer),
+        Ok(Err(e)) => Err(bad(e.to_string())),
+        Err(_) => Err(bad(
+            "the tokenizers library cannot read this file (it panicked): the file is corrupt"
+                .into(),
+        )),
+    }
+}
+
+/// The chat template of a `tokenizer_config.json`: a string, or (as Hugging Face
+/// allows) a list of `{"name", "template"}` objects, of which kvlab uses "default".
+fn chat_template(value: &serde_json::Value) -> std::result::Result<Option<String>, String> {
+    match value {
+        serde_json::Value::Null => Ok(None),
+        serde_json::Value::String(s) => Ok(Some(s.clone())),
+        serde_json::Value::Array(items) => {
+            let mut names = Vec::new();
+            for item in items {
+                let name = item["name"].as_str();
+                let template = item["template"].as_str();
+                match (name, template) {
+                    (Some("default"), Some(t)) => return Ok(Some(t.to_string())),
+                    (Some(name), Some(_)) => names.push(name.to_string()),
+                    _ => return Err(format!(
+                        "chat_template list entry {item} is not a {{\"name\": ..., \"template\": ...}} object"
+                    )),
+                }
+            }
+            Err(format!(
+                "chat_template is a list of named templates ({}) without one named \"default\"",
+                names.join(", ")
+            ))
+        }
+        other => Err(format!("chat_template is {other}, not a template string")),
+    }
+}
+
+/// A writer that refuses to grow past `cap` bytes: the template's output bound.
+struct CappedWriter {
+    bytes: Vec<u8>,
+    cap: usize,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.cap {
+            self.bytes
+                .extend_from_slice(&buf[..self.cap - self.bytes.len()]);
+            return Err(std::io::Error::other("template output cap reached"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Turns a stream of token ids into a stream of text. A character can span

@@ -194,10 +194,10 @@ pub fn bytes_per_token(config: &Config) -> usize {
 /// through here, so the largest reservation fails with a message instead of an abort.
 pub(crate) fn zeroed_buffer(what: &'static str, dims: &[usize]) -> Result<Vec<f32>> {
     let too_big = || Error::OutOfMemory {
-        what,
-        bytes: dims
-            .iter()
-            .fold(size_of::<f32>(), |a, &d| a.saturating_mul(d)),
+        what: what.to_string(),
+        bytes: dims.iter().fold(size_of::<f32>() as u128, |a, &d| {
+            a.saturating_mul(d as u128)
+        }),
     };
     let len = dims
         .iter()

@@ -272,6 +272,7 @@ pub fn import_gguf(gguf_path: &Path, out_dir: &Path, dtype: OutDtype) -> Result<
 fn convert_tensor(gguf: &GgufFile, info: &TensorInfo, config: &Config) -> Result<Vec<f32>> {
     let values = dequant::dequantize(info.ty, gguf.tensor_bytes(info), info.n_elements as usize)
         .map_err(|msg| gguf.error(format!("tensor `{}`: {msg}", info.name)))?;
+    crate::loader::check_finite(&info.name, &gguf.path, &values)?;
     let n_head = match layout::permutation_of(&info.name) {
         Permuted::No => return Ok(values),
         Permuted::Query => config.num_attention_heads,
@@ -429,15 +430,6 @@ fn build_config(
         None if n_heads > 0 => hidden_size / n_heads,
         None => 0, // rejected by validate() below
     };
-    // kvlab rotates the whole head; partial rotary embeddings would need more code.
-    if let Some(rot) = meta.opt_usize("rope.dimension_count")? {
-        if rot != head_dim {
-            return Err(gguf.error(format!(
-                "llama.rope.dimension_count is {rot} but the head size is {head_dim}: \
-                 partial rotary embeddings are not supported"
-            )));
-        }
-    }
     let rope_scaling = match meta.get("rope.scaling.type").and_then(Value::as_str) {
         None | Some("none") => None,
         // Kept so that Config::validate() names it in its "not supported" error.
@@ -471,9 +463,20 @@ fn build_config(
         rope_scaling,
         model_type: "llama".into(),
     };
+    // Sizes first (zero heads, a 2^40-wide hidden state...): the checks below
+    // would otherwise report their symptoms.
     config
         .validate()
         .map_err(|e| gguf.error(format!("the metadata describes an invalid model: {e}")))?;
+    // kvlab rotates the whole head; partial rotary embeddings would need more code.
+    if let Some(rot) = meta.opt_usize("rope.dimension_count")? {
+        if rot != head_dim {
+            return Err(gguf.error(format!(
+                "llama.rope.dimension_count is {rot} but the head size is {head_dim}: \
+                 partial rotary embeddings are not supported"
+            )));
+        }
+    }
     if tok.tokens.len() > config.vocab_size {
         return Err(gguf.error(format!(
             "the tokenizer has {} tokens but the model's vocabulary is {}",

@@ -264,7 +264,7 @@ impl GgufFile {
     /// a memory map would avoid the copy but needs `unsafe` (the file could change
     /// under the map), which this project keeps to the CUDA boundary.
     pub fn open(path: &Path) -> Result<GgufFile> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bytes = crate::limits::read_capped(path, crate::limits::MAX_GGUF_BYTES, "GGUF file")?;
         Self::parse(path.to_path_buf(), Bytes::Owned(bytes))
     }
 
@@ -416,6 +416,24 @@ fn parse_layout(bytes: &[u8]) -> Result<Layout, String> {
                     t.name, t.n_bytes, t.offset
                 ))
             }
+        }
+    }
+
+    // Tensors must not share bytes: overlapping data would import as two weights
+    // that silently alias (or one corrupt tensor written over another's bytes).
+    let mut by_offset: Vec<&TensorInfo> = tensors.iter().collect();
+    by_offset.sort_by_key(|t| t.offset);
+    for pair in by_offset.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.offset + a.n_bytes > b.offset {
+            return Err(format!(
+                "tensors `{}` (bytes {}..{}) and `{}` (from byte {}) overlap in the data section: the file is corrupt",
+                a.name,
+                a.offset,
+                a.offset + a.n_bytes,
+                b.name,
+                b.offset
+            ));
         }
     }
 

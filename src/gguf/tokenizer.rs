@@ -121,6 +121,18 @@ impl GgufTokenizer {
         };
         let flag =
             |key: &str, default: bool| gguf.get(key).and_then(Value::as_bool).unwrap_or(default);
+        // A template of another type would be dropped from tokenizer_config.json, and
+        // `--chat` would later say the model has none: refuse it where it is wrong.
+        let chat_template = match gguf.get("tokenizer.chat_template") {
+            None => None,
+            Some(Value::String(t)) => Some(t.clone()),
+            Some(other) => {
+                return Err(gguf.error(format!(
+                    "`tokenizer.chat_template` holds a {}, not a template string",
+                    other.type_name()
+                )))
+            }
+        };
         Ok(GgufTokenizer {
             pre: gguf
                 .get("tokenizer.ggml.pre")
@@ -134,10 +146,7 @@ impl GgufTokenizer {
             // llama.cpp's default for gpt2 vocabularies is no BOS and no EOS.
             add_bos: flag("tokenizer.ggml.add_bos_token", false),
             add_eos: flag("tokenizer.ggml.add_eos_token", false),
-            chat_template: gguf
-                .get("tokenizer.chat_template")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            chat_template,
             tokens,
             merges,
             token_types,
