@@ -228,7 +228,7 @@ pub fn capacity(data: &Data) -> DrawResult<(String, String)> {
     let svg = chart::svg(chart::SIZE, |root| chart::draw(root, &chart))?;
     let (p_last, g_last) = (pre.last().ok_or("no runs")?, paged.last().ok_or("no runs")?);
     let what = format!(
-        "How many requests of one seeded mix (prompts log-uniform from 16 to the longest, outputs uniform up to max_new_tokens = {:.0}; mean prompt {:.0}, mean output {:.0} tokens; {:.0} positions per block) fit in each KV budget, admitted in arrival order, SmolLM2-135M's cache shape (f32, {} bytes per token). At {:.0} MiB: {:.0} preallocated vs {:.0} paged ({:.1}x); the preallocated reservations are {:.0}% never written, the paged ones {:.1}%. Both grow in proportion to the budget: the ratio is the same at every size ({}).",
+        "How many requests of one seeded mix (prompts log-uniform from 16 to the longest, outputs uniform up to max_new_tokens = {:.0}; mean prompt {:.0}, mean output {:.0} tokens; {:.0} positions per block) fit in each KV budget, admitted in arrival order, SmolLM2-135M's cache shape (f32, {} bytes per token). At {:.0} MiB: {:.0} preallocated vs {:.0} paged ({:.1}x); the preallocated reservations are {:.0}% never written, the paged ones {:.1}%. Paged / preallocated at each budget, smallest first: {} (a small budget holds few requests, so one more or less moves the ratio).",
         num(last, "max_new_tokens")?,
         num(last, "mean_prompt_len")?,
         num(last, "mean_output_len")?,
