@@ -250,7 +250,9 @@ pub fn plot(args: PlotArgs) -> Result<()> {
         let raw: Vec<String> = figure
             .inputs
             .iter()
-            .map(|f| format!("[`figures/data/{f}`](figures/data/{f})"))
+            // Not a link: this file is included into pages one folder up, and a relative
+            // link cannot be right both here and there.
+            .map(|f| format!("`book/src/figures/data/{f}`"))
             .collect();
         let caption = format!(
             "*{what} Command{}: {}. Measured on {}, {}, kvlab {}; drawn by `kvlab plot {}`. Raw data: {}.*\n",
