@@ -3,25 +3,33 @@
 #
 #   bash scripts/figures.sh
 #
-# Runs `kvlab bench`, `kvlab compare` and `kvlab generate` with --json, saves each
-# JSON (and the exact command, as NAME.cmd) under book/src/figures/data/, then runs
-# scripts/plot.py (Python 3 standard library only) to write book/src/figures/*.svg.
-# Each SVG names the machine (from bench's "machine" field) and the command.
+# Runs every experiment with --json, saves each result (and the exact command, as
+# NAME.cmd) under book/src/figures/data/, then `kvlab plot` draws every figure with
+# plotters (book/src/figures/NAME.svg) and writes its caption (NAME.md: what is plotted,
+# the numbers, the commands, machine, date and commit), which the pages include.
 #
-# On a 2-core machine it takes a few minutes: the naive path is the slow part, on
-# purpose. Run it on an otherwise idle machine; anything else running shows up in
-# the timings. Override the sizes with the variables below, e.g.
-#   PREFILL=16,64,256 CONTEXTS=16,64,256 bash scripts/figures.sh
+# About 4 minutes on a 2-core machine with SmolLM2-135M (the naive path is the slow
+# part, on purpose). Run it on an otherwise idle machine: anything else running shows up
+# in the timings. Bigger runs through the variables below, e.g.
+#   PREFILL=16,64,256,1024 CONTEXTS=16,64,256,1024 REPS=5 bash scripts/figures.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 KVLAB=${KVLAB:-target/release/kvlab}
 MODEL=${MODEL:-models/smollm2-135m-instruct}
 PREFILL=${PREFILL:-16,32,64,128,256,512}
-CONTEXTS=${CONTEXTS:-16,32,64,128,256,512}
+CONTEXTS=${CONTEXTS:-16,64,128,256,512}
 REPS=${REPS:-3}
 COMPARE_PROMPT_LEN=${COMPARE_PROMPT_LEN:-32}
 COMPARE_NEW=${COMPARE_NEW:-96}
+TRACE_NEW=${TRACE_NEW:-256}
+PREFIX_SHARED=${PREFIX_SHARED:-768}
+PREFIX_REQUESTS=${PREFIX_REQUESTS:-4}
+CHAT_NEW=${CHAT_NEW:-48}
+CAPACITY_BUDGETS=${CAPACITY_BUDGETS:-64MiB 128MiB 256MiB 512MiB 1GiB 2GiB 4GiB}
+ATTENTION_PROMPT=${ATTENTION_PROMPT:-The cat sat on the mat because it was tired. The dog slept on the rug because it was cold.}
+ATTENTION_LAYER=${ATTENTION_LAYER:-3}
+ATTENTION_HEAD=${ATTENTION_HEAD:-0}
 OUT=${OUT:-book/src/figures}
 DATA=$OUT/data
 
@@ -29,52 +37,75 @@ if [[ ! -x $KVLAB ]]; then
     echo "building kvlab (release)..."
     cargo build --release
 fi
+if [[ ! -f $MODEL/config.json ]]; then
+    echo "error: $MODEL not found: the figures need the real model (bash scripts/fetch-smollm2.sh)" >&2
+    exit 1
+fi
 mkdir -p "$DATA"
 
-# With the real model the bench and the KV trace use it; without it, random weights of
-# the same shape (same cost, no text).
-if [[ -f $MODEL/config.json ]]; then
-    BENCH_MODEL=(--model "$MODEL")
-    GEN_INPUT=(--model "$MODEL" --chat --prompt "Explain in a few sentences what a KV cache is.")
-else
-    echo "note: $MODEL not found, using --random-weights (fetch it with bash scripts/fetch-smollm2.sh)"
-    BENCH_MODEL=()
-    GEN_INPUT=(--random-weights --prompt-len 40)
-fi
-
-# Runs a kvlab command, saving its JSON as $DATA/$1.json and the command as $DATA/$1.cmd.
-measure() {
-    local name=$1
-    shift
-    # Quote the arguments that contain spaces, so the .cmd can be pasted into a shell.
+# The command as it can be pasted into a shell (arguments with spaces quoted).
+quote() {
     local quoted="kvlab"
     for arg in "$@"; do
         if [[ $arg == *" "* ]]; then quoted+=" \"$arg\""; else quoted+=" $arg"; fi
     done
-    echo "+ $quoted"
+    printf '%s' "$quoted"
+}
+
+# measure FILE [< STDIN] -- ARGS...: runs kvlab ARGS, saves stdout as $DATA/FILE and the
+# command as $DATA/NAME.cmd (appending with APPEND=1: several runs into one .jsonl).
+measure() {
+    local file=$1 stdin=/dev/null
+    shift
+    if [[ $1 == "<" ]]; then stdin=$2; shift 2; fi
+    shift # --
+    local name=${file%%.*} cmd
+    cmd=$(quote "$@")
+    [[ $stdin != /dev/null ]] && cmd+=" < $stdin"
+    echo "+ $cmd"
     local t0=$SECONDS
-    "$KVLAB" "$@" > "$DATA/$name.json.tmp"
-    mv "$DATA/$name.json.tmp" "$DATA/$name.json"
-    printf '%s\n' "$quoted" > "$DATA/$name.cmd"
+    if [[ ${APPEND:-0} == 1 ]]; then
+        "$KVLAB" "$@" < "$stdin" | tr -d '\n' >> "$DATA/$file"
+        echo >> "$DATA/$file"
+        printf '%s\n' "$cmd" >> "$DATA/$name.cmd"
+    else
+        "$KVLAB" "$@" < "$stdin" > "$DATA/$file.tmp"
+        mv "$DATA/$file.tmp" "$DATA/$file"
+        printf '%s\n' "$cmd" > "$DATA/$name.cmd"
+    fi
     echo "  ($((SECONDS - t0)) s)"
 }
 
 START=$SECONDS
-# TTFT vs prompt length, and one decode step of each path at each context (seed 1.1, 1.2, 2.2).
-measure bench bench "${BENCH_MODEL[@]}" --prefill "$PREFILL" --contexts "$CONTEXTS" --reps "$REPS" --json
-# use_cache=True vs use_cache=False on one request (seed 2.2, 4.1). Random weights: the
-# request runs to max_new_tokens instead of stopping at an end-of-turn token.
-measure compare compare --random-weights --prompt-len "$COMPARE_PROMPT_LEN" --max-new-tokens "$COMPARE_NEW" --json
-# The KV cache filling token by token (seed 2.3, 4.2).
-measure generate generate "${GEN_INPUT[@]}" --max-new-tokens 64 --json
-# The seed's 7B figures and SmolLM2's (seed 3.1): cheap, for the book to cite.
-measure kv_size_7b kv-size --layers 32 --kv-heads 32 --head-dim 128 --seq-len 2048 --json
-measure kv_size_smollm2 kv-size --layers 30 --kv-heads 3 --head-dim 64 --seq-len 2048 --json
+# TTFT vs prompt length, one decode step of each path at each context, both roofs.
+measure bench.json -- bench --model "$MODEL" --prefill "$PREFILL" --contexts "$CONTEXTS" --reps "$REPS" --json
+# use_cache=True vs use_cache=False on one request. Random weights: the request runs to
+# max_new_tokens instead of stopping at an end-of-turn token.
+measure compare.json -- compare --random-weights --prompt-len "$COMPARE_PROMPT_LEN" --max-new-tokens "$COMPARE_NEW" --json
+# The KV cache filling token by token.
+measure generate.json -- generate --model "$MODEL" --chat --prompt "Explain in a few sentences what a KV cache is." --max-new-tokens 64 --json
+# The same request in every cache layout (its own CSV and SVG go to target/, unused).
+measure trace.json -- trace --model "$MODEL" --chat --prompt "Explain in a few sentences what a KV cache is." --max-new-tokens "$TRACE_NEW" --out target/figures-trace --json
+# Requests that fit in each budget: one JSON line per budget.
+rm -f "$DATA/capacity.jsonl" "$DATA/capacity.cmd"
+for budget in $CAPACITY_BUDGETS; do
+    APPEND=1 measure capacity.jsonl -- capacity --budget "$budget" --json
+done
+# Requests sharing a system prompt, without and with prefix caching.
+measure prefix.json -- prefix --model "$MODEL" --requests "$PREFIX_REQUESTS" --shared-len "$PREFIX_SHARED" --json
+# Six turns of chat, keeping the cache between turns, then recomputing every turn.
+measure chat_reuse.jsonl "<" prompts/multi_turn.txt -- chat --model "$MODEL" --max-new-tokens "$CHAT_NEW" --json
+measure chat_no_reuse.jsonl "<" prompts/multi_turn.txt -- chat --model "$MODEL" --max-new-tokens "$CHAT_NEW" --no-reuse --json
+# One head's attention probabilities and every layer's attention sink.
+measure attention.json -- attention-map --model "$MODEL" --prompt "$ATTENTION_PROMPT" --layer "$ATTENTION_LAYER" --head "$ATTENTION_HEAD" --json
+# The seed's 7B figures and SmolLM2's: cheap, for the book to cite.
+measure kv_size_7b.json -- kv-size --layers 32 --kv-heads 32 --head-dim 128 --seq-len 2048 --json
+measure kv_size_smollm2.json -- kv-size --layers 30 --kv-heads 3 --head-dim 64 --seq-len 2048 --json
 
 # When, and from which commit (the working tree may differ from it: "+dirty").
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- src 2>/dev/null || rev+="+dirty"
-echo "$(date -u +%Y-%m-%d), kvlab $rev" > "$DATA/when.txt"
+printf '{"date": "%s", "commit": "%s"}\n' "$(date -u +%Y-%m-%d)" "$rev" > "$DATA/run.json"
 echo "measurements took $((SECONDS - START)) s"
 
-python3 scripts/plot.py "$OUT"
+"$KVLAB" plot --data "$DATA" --out "$OUT"

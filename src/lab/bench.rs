@@ -2,6 +2,7 @@
 //! per-token latency of both paths at a given context, and the memory bandwidth that
 //! bounds decode. Book: prefill-decode.md, roofline.md.
 
+use super::roof;
 use super::timing::{machine_name, median_ms, synthetic_prompt};
 use crate::cache::PreallocatedCache;
 use crate::error::{Error, Result};
@@ -48,6 +49,9 @@ pub struct StepLatency {
     pub naive_ms: f64,
     pub cached_ms: f64,
     pub speedup: f64,
+    /// The cached step on the roofline: FLOP/byte ([`roof::decode_intensity`]) and FLOP/s.
+    pub cached_intensity: f64,
+    pub cached_gflop_s: f64,
 }
 
 pub fn step_latency(model: &Model, context: usize, reps: usize) -> Result<StepLatency> {
@@ -59,6 +63,8 @@ pub fn step_latency(model: &Model, context: usize, reps: usize) -> Result<StepLa
         naive_ms,
         cached_ms,
         speedup: naive_ms / cached_ms,
+        cached_intensity: roof::decode_intensity(model, context),
+        cached_gflop_s: roof::decode_flops(model, context) / (cached_ms / 1e3) / 1e9,
     })
 }
 
@@ -71,6 +77,8 @@ pub struct Prefill {
     pub tok_s: f64,
     /// Achieved FLOP/s (2 FLOPs per weight per token, plus attention).
     pub gflop_s: f64,
+    /// FLOP/byte at the least traffic ([`roof::prefill_intensity`]): its roofline x.
+    pub intensity: f64,
 }
 
 pub fn prefill(model: &Model, prompt_len: usize, reps: usize) -> Result<Prefill> {
@@ -86,6 +94,7 @@ pub fn prefill(model: &Model, prompt_len: usize, reps: usize) -> Result<Prefill>
         ttft_ms,
         tok_s: prompt_len as f64 / (ttft_ms / 1e3),
         gflop_s: prefill_flops(model, prompt_len) / (ttft_ms / 1e3) / 1e9,
+        intensity: roof::prefill_intensity(model, prompt_len),
     })
 }
 
@@ -171,6 +180,8 @@ pub struct BenchReport {
     pub memory_gb_s: f64,
     /// Fraction of the bandwidth roof that cached decode reaches.
     pub decode_roofline_fraction: f64,
+    /// Measured f32 FMA peak of this machine: the compute roof ([`roof::fma_peak`]).
+    pub fma_peak_gflop_s: f64,
 }
 
 /// Checks that every prefill length is at least 1 and every context fits the model
@@ -233,5 +244,6 @@ pub fn run(
         decode_gb_s: gb_s,
         memory_gb_s,
         decode_roofline_fraction: gb_s / memory_gb_s,
+        fma_peak_gflop_s: roof::fma_peak().gflop_s,
     })
 }

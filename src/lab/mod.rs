@@ -7,7 +7,9 @@
 //! | [`compare`] | `kvlab compare`, `kvlab demo` | naive-vs-cached.md |
 //! | [`bench`] | `kvlab bench` (CPU) | prefill-decode.md, roofline.md |
 //! | `gpu_bench` | `kvlab bench --device cuda` (`--features cuda`) | roofline.md |
-//! | [`trace`] (+ [`svg`]) | `kvlab trace` | cache-layouts.md |
+//! | [`roof`] | `kvlab bench` (the roofs and each point's intensity) | roofline.md |
+//! | [`attention_map`] | `kvlab attention-map` | attention.md |
+//! | [`trace`] | `kvlab trace` | cache-layouts.md |
 //! | [`capacity`] | `kvlab capacity` | capacity.md |
 //! | [`shared_prompt`] | `kvlab prefix` | prefix-caching.md |
 //! | [`speculative`] | `kvlab compare --speculative` | speculative.md |
@@ -15,14 +17,15 @@
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
+pub mod attention_map;
 pub mod bench;
 pub mod cache_bench;
 pub mod capacity;
 pub mod compare;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
+pub mod roof;
 pub mod shared_prompt;
 pub mod speculative;
-pub mod svg;
 pub mod timing;
 pub mod trace;

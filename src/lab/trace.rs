@@ -6,8 +6,9 @@
 //! - preallocated: one big reservation before the first token, filled slowly;
 //! - growable: steps that double, each paid for with a copy of everything stored;
 //! - paged: a staircase of blocks that hugs the used line, never more than a block above.
+//!
+//! The drawing is the binary's (`kvlab trace` and `kvlab plot` draw these rows with plotters).
 
-use super::svg::{self, Panel, Series};
 use super::timing::ms_since;
 use crate::cache::{bytes_per_token, new_store, CacheKind, KvBytes, KvStore};
 use crate::error::Result;
@@ -118,64 +119,4 @@ pub fn to_csv(rows: &[TraceRow]) -> String {
         ));
     }
     s
-}
-
-/// One column per layout: memory (MiB) on top, decode step latency (ms) below, with
-/// the same y axis across each row so the layouts compare at a glance.
-pub fn to_svg(rows: &[TraceRow], title: &str) -> String {
-    const MIB: f64 = 1024.0 * 1024.0;
-    let mut layouts: Vec<CacheKind> = rows.iter().map(|r| r.layout).collect();
-    layouts.dedup();
-    let mem_max = rows.iter().map(|r| r.bytes_reserved).max().unwrap_or(1) as f64 / MIB;
-    // Decode steps only: the prefill (step 1) takes as long as many decode steps.
-    let ms_max = rows
-        .iter()
-        .filter(|r| r.step >= 2)
-        .map(|r| r.step_ms)
-        .fold(1e-3, f64::max);
-    let column = |layout: CacheKind| -> (Panel, Panel) {
-        let mine: Vec<&TraceRow> = rows.iter().filter(|r| r.layout == layout).collect();
-        let points = |f: &dyn Fn(&TraceRow) -> f64| -> Vec<(f64, f64)> {
-            mine.iter().map(|r| (r.step as f64, f(r))).collect()
-        };
-        let memory = Panel {
-            title: format!("{} — memory", layout.name()),
-            x_label: "step (0 = before prefill, 1 = prefill)".into(),
-            y_label: "KV cache MiB".into(),
-            series: vec![
-                Series {
-                    name: "reserved".into(),
-                    color: "#d62728",
-                    points: points(&|r| r.bytes_reserved as f64 / MIB),
-                    step: true,
-                },
-                Series {
-                    name: "used (live tokens)".into(),
-                    color: "#1f77b4",
-                    points: points(&|r| r.bytes_used as f64 / MIB),
-                    step: true,
-                },
-            ],
-            y_max: mem_max * 1.3,
-        };
-        let latency = Panel {
-            title: format!("{} — decode step time", layout.name()),
-            x_label: "step".into(),
-            y_label: "ms".into(),
-            series: vec![Series {
-                name: "step latency".into(),
-                color: "#2ca02c",
-                points: mine
-                    .iter()
-                    .filter(|r| r.step >= 2)
-                    .map(|r| (r.step as f64, r.step_ms))
-                    .collect(),
-                step: false,
-            }],
-            y_max: ms_max * 1.3,
-        };
-        (memory, latency)
-    };
-    let (top, bottom): (Vec<Panel>, Vec<Panel>) = layouts.into_iter().map(column).unzip();
-    svg::render(title, &[top, bottom])
 }

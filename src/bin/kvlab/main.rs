@@ -1,6 +1,6 @@
 //! The `kvlab` command line: generate, compare the two paths, size a KV cache, import a
 //! GGUF, a zero-setup demo, and the experiments (bench, trace, capacity, prefix, chat,
-//! bench-cache).
+//! bench-cache, attention-map), and `kvlab plot`, which draws the book's figures.
 //!
 //! The rule (src/lib.rs): the library computes and returns `Serialize` reports; this
 //! binary parses arguments (`args.rs`, one shared group per concern), calls the library
@@ -13,9 +13,11 @@
 
 mod args;
 mod cmd;
+mod plot;
 mod print;
 
 use clap::{Parser, Subcommand};
+use cmd::attention::AttentionMapArgs;
 use cmd::bench::{BenchArgs, BenchCacheArgs};
 use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
@@ -59,6 +61,11 @@ enum Command {
     Chat(ChatArgs),
     /// Decode speed of every cache layout at a context, and prefix-hit vs cold TTFT.
     BenchCache(BenchCacheArgs),
+    /// One head's attention probabilities on a prompt (the causal mask, made visible) and
+    /// every layer's attention on the first token.
+    AttentionMap(AttentionMapArgs),
+    /// Draw the book's figures (SVG) and their captions from the JSON of scripts/figures.sh.
+    Plot(plot::PlotArgs),
 }
 
 fn main() {
@@ -74,6 +81,8 @@ fn main() {
         Command::Prefix(args) => cmd::cache::prefix(args),
         Command::Chat(args) => cmd::chat::chat(args),
         Command::BenchCache(args) => cmd::bench::bench_cache(args),
+        Command::AttentionMap(args) => cmd::attention::attention_map(args),
+        Command::Plot(args) => plot::plot(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -121,7 +121,11 @@ pub fn trace(args: TraceArgs) -> Result<()> {
         rows.iter().map(|r| r.step).max().unwrap_or(0),
     );
     let svg = args.out.join("trace.svg");
-    std::fs::write(&svg, trace::to_svg(&rows, &title)).map_err(|e| Error::io(&svg, e))?;
+    let values = serde_json::to_value(&rows)
+        .map_err(|e| Error::Internal(format!("cannot serialise the trace: {e}")))?;
+    let drawing = crate::plot::trace_svg(values.as_array().map_or(&[][..], |v| &v[..]), &title)
+        .map_err(|e| Error::Internal(format!("cannot draw the trace: {e}")))?;
+    std::fs::write(&svg, drawing).map_err(|e| Error::io(&svg, e))?;
     if json {
         return print::json(&rows);
     }

@@ -1,6 +1,7 @@
 //! One file per command family; each parses nothing (clap did) and prints through
 //! `print.rs`.
 
+pub mod attention;
 pub mod bench;
 pub mod cache;
 pub mod chat;

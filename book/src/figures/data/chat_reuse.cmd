@@ -1,0 +1,1 @@
+kvlab chat --model models/smollm2-135m-instruct --max-new-tokens 48 --json < prompts/multi_turn.txt

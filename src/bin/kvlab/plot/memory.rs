@@ -1,0 +1,420 @@
+//! The memory figures: the KV cache of one request (`kvlab generate`), the layouts side by
+//! side (`kvlab trace`), requests per budget (`kvlab capacity`), prefix-hit TTFT
+//! (`kvlab prefix`) and multi-turn TTFT with and without reuse (`kvlab chat`).
+
+use super::chart::{self, Axis, Chart, DrawResult, Series, Style, BLUE, GREEN, RED};
+use super::{array, field, num, nums, thousands, Data};
+use plotters::prelude::*;
+use serde_json::Value;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+pub fn kv_bytes(data: &Data) -> DrawResult<(String, String)> {
+    let g = data.json("generate.json")?;
+    let used = nums(&g, "token_kv_bytes_used")?;
+    let reserved = nums(&g, "token_kv_bytes_reserved")?;
+    let prompt = array(&g, "prompt_ids")?.len();
+    let series = |v: &[f64]| -> Vec<(f64, f64)> {
+        v.iter()
+            .enumerate()
+            .map(|(i, b)| ((i + 1) as f64, b / MIB))
+            .collect()
+    };
+    let (first, last) = (
+        used.first().copied().ok_or("no tokens")?,
+        used.last().copied().ok_or("no tokens")?,
+    );
+    let per_token = if used.len() > 1 {
+        (last - first) / (used.len() - 1) as f64
+    } else {
+        first / prompt.max(1) as f64
+    };
+    let top = reserved.iter().copied().fold(0.0, f64::max);
+    let chart = Chart {
+        title: "KV cache of one request: reserved up front, filled token by token".into(),
+        x: Axis::linear("tokens generated (1 = the prefill)"),
+        y: Axis::linear("MiB").with_range(0.0, top / MIB * 1.15),
+        series: vec![
+            Series::new(
+                "reserved: prompt + max_new_tokens positions",
+                RED,
+                Style::Dashed,
+                series(&reserved),
+            ),
+            Series::new(
+                "used: positions holding K and V",
+                BLUE,
+                Style::Line,
+                series(&used),
+            ),
+        ],
+        legend: SeriesLabelPosition::LowerRight,
+    };
+    let svg = chart::svg(chart::SIZE, |root| chart::draw(root, &chart))?;
+    let what = format!(
+        "The preallocated KV cache of one request, after each token: a {prompt}-token chat prompt, {} new tokens (stopped by {}). Reserved: {} bytes before the first token; used after the prefill: {} bytes ({prompt} positions), at the end {} bytes; each token adds {} bytes (2 x layers x KV heads x head_dim x 4 bytes).",
+        used.len(),
+        field(&g, "stop_reason")?.as_str().unwrap_or("?").replace('_', " "),
+        thousands(top as usize),
+        thousands(first as usize),
+        thousands(last as usize),
+        thousands(per_token.round() as usize),
+    );
+    Ok((svg, what))
+}
+
+/// The trace's layouts in order of appearance.
+fn layouts(rows: &[Value]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for r in rows {
+        if let Some(l) = r.get("layout").and_then(Value::as_str) {
+            if !names.iter().any(|n| n == l) {
+                names.push(l.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// One column per layout: memory (MiB) on top, decode step time (ms) below, each row
+/// sharing its y axis. `kvlab trace` draws its own trace.svg with this too.
+pub fn trace_svg(rows: &[Value], title: &str) -> DrawResult<String> {
+    let names = layouts(rows);
+    let mem_max = rows
+        .iter()
+        .filter_map(|r| r.get("bytes_reserved")?.as_f64())
+        .fold(1.0, f64::max)
+        / MIB;
+    let decode = |r: &&Value| r.get("step").and_then(Value::as_u64).unwrap_or(0) >= 2;
+    let ms_max = rows
+        .iter()
+        .filter(decode)
+        .filter_map(|r| r.get("step_ms")?.as_f64())
+        .fold(1e-3, f64::max);
+    let cols = names.len().max(1);
+    chart::svg((360 * cols as u32, 620), |root| {
+        let (head, body) = root.split_vertically(34);
+        head.draw(&Text::new(title, (12, 8), ("sans-serif", 17)))?;
+        let panels = body.split_evenly((2, cols));
+        for (c, name) in names.iter().enumerate() {
+            let mine: Vec<&Value> = rows
+                .iter()
+                .filter(|r| r.get("layout").and_then(Value::as_str) == Some(name))
+                .collect();
+            let pts = |key: &str, only_decode: bool| -> DrawResult<Vec<(f64, f64)>> {
+                mine.iter()
+                    .filter(|r| !only_decode || decode(r))
+                    .map(|r| Ok((num(r, "step")?, num(r, key)?)))
+                    .collect()
+            };
+            let mib = |v: Vec<(f64, f64)>| v.into_iter().map(|(x, y)| (x, y / MIB)).collect();
+            let memory = Chart {
+                title: format!("{name}: memory"),
+                x: Axis::linear("step (0 = before prefill, 1 = prefill)"),
+                y: Axis::linear("KV cache MiB").with_range(0.0, mem_max * 1.3),
+                series: vec![
+                    Series::new(
+                        "reserved",
+                        RED,
+                        Style::Step,
+                        mib(pts("bytes_reserved", false)?),
+                    ),
+                    Series::new(
+                        "used (live tokens)",
+                        BLUE,
+                        Style::Step,
+                        mib(pts("bytes_used", false)?),
+                    ),
+                ],
+                legend: SeriesLabelPosition::UpperLeft,
+            };
+            chart::draw(&panels[c], &memory)?;
+            let latency = Chart {
+                title: format!("{name}: decode step time"),
+                x: Axis::linear("step"),
+                y: Axis::linear("ms").with_range(0.0, ms_max * 1.3),
+                series: vec![Series::new(
+                    "step latency",
+                    GREEN,
+                    Style::Line,
+                    pts("step_ms", true)?,
+                )],
+                legend: SeriesLabelPosition::LowerRight,
+            };
+            chart::draw(&panels[cols + c], &latency)?;
+        }
+        Ok(())
+    })
+}
+
+pub fn cache_layouts(data: &Data) -> DrawResult<(String, String)> {
+    let trace = data.json("trace.json")?;
+    let rows = trace.as_array().ok_or("trace.json is not a list of rows")?;
+    let names = layouts(rows);
+    let steps = rows
+        .iter()
+        .filter_map(|r| r.get("step")?.as_u64())
+        .max()
+        .unwrap_or(0);
+    let prompt = rows
+        .iter()
+        .find(|r| r.get("step").and_then(Value::as_u64) == Some(1))
+        .map_or(0.0, |r| num(r, "positions").unwrap_or(0.0));
+    let svg = trace_svg(
+        rows,
+        &format!("KV cache by layout: prompt {prompt:.0} tokens, {steps} generated"),
+    )?;
+    let mut facts = Vec::new();
+    for name in &names {
+        let mine: Vec<&Value> = rows
+            .iter()
+            .filter(|r| r.get("layout").and_then(Value::as_str) == Some(name))
+            .collect();
+        let last = mine.last().ok_or("empty layout")?;
+        let decode: Vec<f64> = mine
+            .iter()
+            .filter(|r| r.get("step").and_then(Value::as_u64).unwrap_or(0) >= 2)
+            .filter_map(|r| r.get("step_ms")?.as_f64())
+            .collect();
+        let median = {
+            let mut d = decode.clone();
+            d.sort_by(f64::total_cmp);
+            d.get(d.len() / 2).copied().unwrap_or(0.0)
+        };
+        facts.push(format!(
+            "{name} ends holding {:.2} MiB for {:.2} MiB of live K and V, copied {:.2} MiB to grow, median decode step {median:.0} ms",
+            num(last, "bytes_reserved")? / MIB,
+            num(last, "bytes_used")? / MIB,
+            num(last, "bytes_copied")? / MIB,
+        ));
+    }
+    let what = format!(
+        "The same request (a {prompt:.0}-token chat prompt, {steps} new tokens) run once per KV cache layout; top: bytes reserved and bytes holding live positions after each step, bottom: each decode step's time (the prefill, step 1, is left out). {}. The step times jitter with whatever else the machine runs.",
+        facts.join("; ")
+    );
+    Ok((svg, what))
+}
+
+pub fn capacity(data: &Data) -> DrawResult<(String, String)> {
+    let runs = data.jsonl("capacity.jsonl")?;
+    let mut pre = Vec::new();
+    let mut paged = Vec::new();
+    for r in &runs {
+        let budget = num(r, "budget_bytes")? / MIB;
+        pre.push((budget, num(field(r, "preallocated")?, "requests")?));
+        paged.push((budget, num(field(r, "paged")?, "requests")?));
+    }
+    let last = runs.last().ok_or("capacity.jsonl is empty")?;
+    let chart = Chart {
+        title: "Requests that fit in a KV cache budget".into(),
+        x: Axis::log("KV cache budget (MiB)"),
+        y: Axis::log("concurrent requests admitted"),
+        series: vec![
+            Series::new(
+                "paged: blocks taken as the sequence grows",
+                BLUE,
+                Style::LinePoints,
+                paged.clone(),
+            ),
+            Series::new(
+                "preallocated: prompt + max_new_tokens reserved",
+                RED,
+                Style::LinePoints,
+                pre.clone(),
+            ),
+        ],
+        legend: SeriesLabelPosition::UpperLeft,
+    };
+    let svg = chart::svg(chart::SIZE, |root| chart::draw(root, &chart))?;
+    let (p_last, g_last) = (pre.last().ok_or("no runs")?, paged.last().ok_or("no runs")?);
+    let what = format!(
+        "How many requests of one seeded mix (prompts log-uniform from 16 to the longest, outputs uniform up to max_new_tokens = {:.0}; mean prompt {:.0}, mean output {:.0} tokens; {:.0} positions per block) fit in each KV budget, admitted in arrival order, SmolLM2-135M's cache shape (f32, {} bytes per token). At {:.0} MiB: {:.0} preallocated vs {:.0} paged ({:.1}x); the preallocated reservations are {:.0}% never written, the paged ones {:.1}%. Paged / preallocated at each budget, smallest first: {} (a small budget holds few requests, so one more or less moves the ratio).",
+        num(last, "max_new_tokens")?,
+        num(last, "mean_prompt_len")?,
+        num(last, "mean_output_len")?,
+        num(last, "block_size")?,
+        thousands(num(last, "bytes_per_token")? as usize),
+        p_last.0,
+        p_last.1,
+        g_last.1,
+        num(last, "gain")?,
+        100.0 * num(field(last, "preallocated")?, "waste")?,
+        100.0 * num(field(last, "paged")?, "waste")?,
+        runs.iter()
+            .map(|r| Ok(format!("{:.2}x", num(r, "gain")?)))
+            .collect::<DrawResult<Vec<_>>>()?
+            .join(", "),
+    );
+    Ok((svg, what))
+}
+
+/// Side-by-side bars: one group per x, one bar per series.
+fn bars(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    groups: &[String],
+    series: &[(&str, RGBColor, Vec<f64>)],
+) -> DrawResult<String> {
+    let y_max = series
+        .iter()
+        .flat_map(|s| s.2.iter().copied())
+        .fold(1e-9, f64::max)
+        * 1.2;
+    chart::svg(chart::SIZE, |root| {
+        let mut ctx = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 17))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..groups.len() as f64, 0.0..y_max)?;
+        ctx.configure_mesh()
+            .disable_x_mesh()
+            .x_labels(groups.len() + 1)
+            .x_label_formatter(&|v| {
+                let i = (v - 0.5).round();
+                if (v - 0.5 - i).abs() < 1e-6 && i >= 0.0 {
+                    groups.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_label_formatter(&|v| chart::tick(*v))
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 14))
+            .draw()?;
+        let width = 0.8 / series.len() as f64;
+        for (k, (name, color, values)) in series.iter().enumerate() {
+            let color = *color;
+            ctx.draw_series(values.iter().enumerate().map(|(g, &v)| {
+                let x0 = g as f64 + 0.1 + k as f64 * width;
+                Rectangle::new([(x0, 0.0), (x0 + width * 0.92, v)], color.filled())
+            }))?
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+            ctx.draw_series(values.iter().enumerate().map(|(g, &v)| {
+                let x0 = g as f64 + 0.1 + k as f64 * width;
+                Text::new(
+                    format!("{v:.0}"),
+                    (x0, v + y_max * 0.03),
+                    ("sans-serif", 11),
+                )
+            }))?;
+        }
+        ctx.configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(RGBColor(190, 190, 190))
+            .label_font(("sans-serif", 12))
+            .draw()?;
+        Ok(())
+    })
+}
+
+pub fn prefix_ttft(data: &Data) -> DrawResult<(String, String)> {
+    let p = data.json("prefix.json")?;
+    let ttfts = |run: &str| -> DrawResult<Vec<f64>> {
+        array(field(&p, run)?, "requests")?
+            .iter()
+            .map(|r| num(r, "ttft_ms"))
+            .collect()
+    };
+    let (without, with) = (ttfts("without")?, ttfts("with")?);
+    let reused: Vec<f64> = array(field(&p, "with")?, "requests")?
+        .iter()
+        .map(|r| num(r, "reused"))
+        .collect::<DrawResult<_>>()?;
+    let groups: Vec<String> = (1..=without.len())
+        .map(|i| format!("request {i}"))
+        .collect();
+    let svg = bars(
+        "Time to first token of requests sharing a system prompt",
+        "requests, in arrival order",
+        "TTFT (ms)",
+        &groups,
+        &[
+            ("no prefix caching", RED, without.clone()),
+            ("prefix caching", BLUE, with.clone()),
+        ],
+    )?;
+    let what = format!(
+        "{:.0} requests, each a shared {:.0}-token system prompt followed by {:.0} tokens of its own, {:.0} new tokens each, paged cache of {:.0}-token blocks. Without prefix caching every request prefills the whole prompt (TTFT {}); with it the first request computes the shared blocks and each later one finds {:.0} positions cached and prefills only the rest (TTFT {}): {:.1}x faster for the later requests, and the pool holds {:.1}x fewer KV bytes ({} vs {}). Identical tokens: {}.",
+        num(&p, "n_requests")?,
+        num(&p, "shared_len")?,
+        num(&p, "suffix_len")?,
+        num(&p, "max_new_tokens")?,
+        num(&p, "block_size")?,
+        list_ms(&without),
+        reused.get(1).copied().unwrap_or(0.0),
+        list_ms(&with),
+        num(&p, "ttft_speedup")?,
+        num(&p, "kv_ratio")?,
+        thousands(num(field(&p, "without")?, "kv_bytes")? as usize),
+        thousands(num(field(&p, "with")?, "kv_bytes")? as usize),
+        field(&p, "identical_tokens")?,
+    );
+    Ok((svg, what))
+}
+
+fn list_ms(v: &[f64]) -> String {
+    v.iter()
+        .map(|t| format!("{t:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+        + " ms"
+}
+
+pub fn multi_turn(data: &Data) -> DrawResult<(String, String)> {
+    let reuse = data.jsonl("chat_reuse.jsonl")?;
+    let fresh = data.jsonl("chat_no_reuse.jsonl")?;
+    let pts = |turns: &[Value]| -> DrawResult<Vec<(f64, f64)>> {
+        turns
+            .iter()
+            .map(|t| Ok((num(t, "turn")?, num(t, "ttft_ms")?)))
+            .collect()
+    };
+    let (with, without) = (pts(&reuse)?, pts(&fresh)?);
+    let last = reuse.last().ok_or("chat_reuse.jsonl is empty")?;
+    let last_fresh = fresh.last().ok_or("chat_no_reuse.jsonl is empty")?;
+    let mut with_series = Series::new(
+        "KV cache kept between turns",
+        BLUE,
+        Style::LinePoints,
+        with.clone(),
+    );
+    for (t, &(x, y)) in reuse.iter().zip(&with) {
+        with_series = with_series.note(x, y, format!(" {:.0} new", num(t, "computed")?));
+    }
+    let mut without_series = Series::new(
+        "whole conversation recomputed every turn",
+        RED,
+        Style::LinePoints,
+        without.clone(),
+    );
+    for (t, &(x, y)) in fresh.iter().zip(&without) {
+        without_series = without_series.note(x, y, format!(" {:.0}", num(t, "computed")?));
+    }
+    let chart = Chart {
+        title: "Multi-turn chat: time to first token of each turn".into(),
+        x: Axis::linear("turn").with_range(0.5, with.len().max(without.len()) as f64 + 0.7),
+        y: Axis::linear("TTFT (ms)"),
+        series: vec![without_series, with_series],
+        legend: SeriesLabelPosition::UpperLeft,
+    };
+    let svg = chart::svg(chart::SIZE, |root| chart::draw(root, &chart))?;
+    let what = format!(
+        "A {}-turn conversation (the user lines of `prompts/multi_turn.txt`, greedy replies) with the KV cache kept between turns, and with the whole conversation recomputed every turn; labels: tokens prefilled that turn. By turn {:.0} the prompt is {:.0} tokens: recomputing them all takes {:.0} ms to the first token, reusing the cache {:.0} ms ({:.0} positions reused, {:.0} computed: {:.1}x faster). Replies are the same on both runs: {}.",
+        reuse.len(),
+        num(last, "turn")?,
+        num(last, "prompt_tokens")?,
+        num(last_fresh, "ttft_ms")?,
+        num(last, "ttft_ms")?,
+        num(last, "reused")?,
+        num(last, "computed")?,
+        num(last_fresh, "ttft_ms")? / num(last, "ttft_ms")?,
+        reuse.iter().zip(&fresh).all(|(a, b)| a.get("reply") == b.get("reply")),
+    );
+    Ok((svg, what))
+}

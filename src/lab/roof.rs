@@ -1,0 +1,152 @@
+//! The roofline's two roofs and where each measurement sits under them (book: roofline.md,
+//! prefill-decode.md; Williams, Waterman & Patterson 2009).
+//!
+//! A kernel that does `F` FLOPs while moving `B` bytes from memory has an *arithmetic
+//! intensity* `I = F / B` (FLOP/byte). It cannot run faster than either roof:
+//! `attainable = min(peak FLOP/s, I x bandwidth)`. Prefill of `n` tokens reads every
+//! weight once and uses it `n` times (`I ≈ n / 2` for f32): it climbs towards the compute
+//! roof. A cached decode step uses every weight once (`I ≈ 0.5`): it sits under the
+//! bandwidth roof, whatever the context.
+//!
+//! The compute roof is measured here: every thread runs independent chains of fused
+//! multiply-adds on 8-lane registers (AVX2, what `.cargo/config.toml` compiles for), with
+//! no memory traffic at all. The bandwidth roof is [`super::bench::memory_bandwidth`].
+
+use super::bench::{decode_bytes, prefill_flops};
+use crate::model::Model;
+use serde::Serialize;
+use std::time::Instant;
+
+/// The measured f32 FMA peak of this machine, on every rayon thread.
+#[derive(Debug, Clone, Serialize)]
+pub struct FmaPeak {
+    /// f32 lanes per vector the loop used.
+    pub lanes: usize,
+    pub threads: usize,
+    /// All threads together, best of the passes.
+    pub gflop_s: f64,
+    pub per_thread_gflop_s: f64,
+}
+
+/// f32 lanes of one AVX2 register.
+const LANES: usize = 8;
+/// Independent accumulator chains per thread: enough to hide the FMA latency
+/// (4 cycles, 2 issued per cycle on recent x86 cores: 8 chains in flight), few enough
+/// to stay in the 16 vector registers with the two constants.
+const CHAINS: usize = 12;
+/// Iterations per pass (each: `CHAINS` vector FMAs): some 50 ms on a 3 GHz core.
+const ITERATIONS: usize = 20_000_000;
+
+// ANCHOR: fma_peak
+/// Measures the f32 FMA peak: the best of 5 passes, all threads at once.
+pub fn fma_peak() -> FmaPeak {
+    fma_peak_with(ITERATIONS)
+}
+
+/// [`fma_peak`] with a chosen pass length (tests use short ones).
+pub fn fma_peak_with(iterations: usize) -> FmaPeak {
+    let threads = rayon::current_num_threads();
+    let mut best = 0.0f64;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let flops: f64 = rayon::broadcast(|_| fma_chains(iterations)).iter().sum();
+        best = best.max(flops / t.elapsed().as_secs_f64());
+    }
+    FmaPeak {
+        lanes: LANES,
+        threads,
+        gflop_s: best / 1e9,
+        per_thread_gflop_s: best / 1e9 / threads as f64,
+    }
+}
+
+/// `CHAINS` x `LANES` accumulators, each `acc = acc * m + a` again and again: one FMA
+/// instruction per chain per iteration, operands in registers. Returns the FLOPs done
+/// (2 per lane per FMA: a multiply and an add).
+fn fma_chains(iterations: usize) -> f64 {
+    // black_box: the compiler must not know the constants and fold the loop away.
+    let m = std::hint::black_box(0.999_999f32);
+    let a = std::hint::black_box(1e-7f32);
+    let mut acc = [[1.0f32; LANES]; CHAINS];
+    for _ in 0..iterations {
+        for chain in acc.iter_mut() {
+            for lane in chain.iter_mut() {
+                *lane = lane.mul_add(m, a);
+            }
+        }
+    }
+    std::hint::black_box(acc);
+    (iterations * CHAINS * LANES * 2) as f64
+}
+// ANCHOR_END: fma_peak
+
+// ANCHOR: intensity
+/// Bytes a prefill of `n` tokens must move at the least: every layer weight and the LM
+/// head read once (however many tokens use them), `n` embedding rows read, and the K
+/// and V of `n` positions written. Real kernels move more (tiles of the weights are
+/// read again for each block of tokens): the intensity from this count is an upper bound.
+pub fn prefill_bytes(model: &Model, n: usize) -> f64 {
+    let c = &model.config;
+    let lm_head = model.lm_head.len();
+    let untied_head = if model.tied_embeddings { 0 } else { lm_head };
+    let layer_weights = model.n_params() - model.embed.len() - untied_head;
+    let embed_rows = n * c.hidden_size;
+    let kv_written = 2 * c.num_hidden_layers * c.n_kv_heads() * c.head_dim() * n;
+    4.0 * (layer_weights + lm_head + embed_rows + kv_written) as f64
+}
+
+/// FLOPs of one cached decode step at `context` cached positions: 2 per weight (the
+/// layers and the LM head), and attention's `q·k` and `p·v` over `context + 1` positions.
+pub fn decode_flops(model: &Model, context: usize) -> f64 {
+    // A prefill of one token is a decode step at context 0; each cached position adds
+    // the attention of one (query, key) pair: 4 x head_dim per query head per layer.
+    let c = &model.config;
+    let per_position = 4.0 * (c.num_attention_heads * c.head_dim() * c.num_hidden_layers) as f64;
+    prefill_flops(model, 1) + per_position * context as f64
+}
+
+/// Arithmetic intensity (FLOP/byte) of a prefill of `n` tokens.
+pub fn prefill_intensity(model: &Model, n: usize) -> f64 {
+    prefill_flops(model, n) / prefill_bytes(model, n)
+}
+
+/// Arithmetic intensity (FLOP/byte) of one cached decode step at `context`.
+pub fn decode_intensity(model: &Model, context: usize) -> f64 {
+    decode_flops(model, context) / decode_bytes(model, context)
+}
+// ANCHOR_END: intensity
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn fma_loop_counts_its_flops() {
+        assert_eq!(fma_chains(10), (10 * CHAINS * LANES * 2) as f64);
+        let peak = fma_peak_with(1000);
+        assert!(peak.gflop_s > 0.0 && peak.threads >= 1);
+    }
+
+    #[test]
+    fn prefill_climbs_and_decode_stays_low() {
+        let model = Model::random(Config::smollm2_135m(), 0).unwrap();
+        // f32 weights used by one token: 2 FLOPs per 4 bytes (the embedding row, the KV
+        // writes and attention's few FLOPs move it a hair).
+        let one = prefill_intensity(&model, 1);
+        assert!((one - 0.5).abs() < 0.01, "{one}");
+        // Each doubling of the prompt nearly doubles the intensity while the weights dominate.
+        let (i64, i128) = (
+            prefill_intensity(&model, 64),
+            prefill_intensity(&model, 128),
+        );
+        assert!(i128 > 1.8 * i64 && i64 > 25.0, "{i64} {i128}");
+        // Decode: one token per weight read. Each cached position adds 1.5 FLOP per KV
+        // byte (GQA: 3 query heads share each K and V), so the intensity creeps up with
+        // the context, but at contexts the weights dominate it stays near 0.5.
+        for t in [0, 512] {
+            let i = decode_intensity(&model, t);
+            assert!(i > 0.4 && i < 0.6, "context {t}: {i}");
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! `kvlab plot` draws figures and captions from tiny JSON fixtures (tests/fixtures/plot),
+//! so the plotting code runs in CI without the long measurements of scripts/figures.sh.
+
+use std::process::{Command, Output};
+
+fn plot(args: &[&str], out: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvlab"))
+        .arg("plot")
+        .args(["--data", "tests/fixtures/plot", "--out"])
+        .arg(out)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("the kvlab binary runs")
+}
+
+#[test]
+fn plot_draws_svgs_and_captions_from_the_fixtures() {
+    let dir = tempfile::tempdir().unwrap();
+    let figures = [
+        "ttft_vs_prompt",
+        "step_vs_context",
+        "roofline",
+        "capacity",
+        "attention_map",
+        "attention_sink",
+    ];
+    let out = plot(&figures, dir.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in figures {
+        let svg = std::fs::read_to_string(dir.path().join(format!("{name}.svg"))).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{name}"
+        );
+        let caption = std::fs::read_to_string(dir.path().join(format!("{name}.md"))).unwrap();
+        // One paragraph naming the machine, the date, the commit and the command.
+        assert_eq!(caption.trim().lines().count(), 1, "{caption}");
+        for needle in ["Test CPU, 2 threads", "2026-01-01", "abc1234", "`kvlab "] {
+            assert!(
+                caption.contains(needle),
+                "{name}: no {needle:?} in {caption}"
+            );
+        }
+    }
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    // Numbers come from the data: 150 ms at 16 tokens to 800 ms at 256.
+    assert!(read("ttft_vs_prompt.md").contains("from 150 ms at 16 tokens to 800 ms at 256"));
+    // The ridge point: 150 GFLOP/s / 26.7 GB/s = 5.6 FLOP/byte, on a log axis.
+    assert!(
+        read("roofline.md").contains("I = 5.6 FLOP/byte"),
+        "{}",
+        read("roofline.md")
+    );
+    assert!(read("roofline.svg").contains("arithmetic intensity"));
+    // Two budgets: both commands named; the fixture's upper triangle is all zero.
+    assert!(read("capacity.md").contains("--budget 128MiB"));
+    assert!(read("attention_map.md").contains("0 of 3 such cells are not 0"));
+    assert!(read("attention_map.svg").contains("cat"));
+}
+
+#[test]
+fn plot_names_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = plot(&["prefix_ttft"], dir.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("prefix.json") && stderr.contains("figures.sh"),
+        "{stderr}"
+    );
+    let out = plot(&["no_such_figure"], dir.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("kvlab plot --list") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}
