@@ -11,6 +11,7 @@
 //! | [`capacity`] | `kvlab capacity` | capacity.md |
 //! | [`shared_prompt`] | `kvlab prefix` | prefix-caching.md |
 //! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
+//! | [`gqa`] | `kvlab gqa` | gqa.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
@@ -20,6 +21,7 @@ pub mod capacity;
 pub mod compare;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
+pub mod gqa;
 pub mod shared_prompt;
 pub mod svg;
 pub mod timing;

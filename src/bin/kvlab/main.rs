@@ -1,6 +1,6 @@
 //! The `kvlab` command line: generate, compare the two paths, size a KV cache, import a
 //! GGUF, a zero-setup demo, and the experiments (bench, trace, capacity, prefix, chat,
-//! bench-cache).
+//! bench-cache, gqa).
 //!
 //! The rule (src/lib.rs): the library computes and returns `Serialize` reports; this
 //! binary parses arguments (`args.rs`, one shared group per concern), calls the library
@@ -20,6 +20,7 @@ use cmd::bench::{BenchArgs, BenchCacheArgs};
 use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
 use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
+use cmd::gqa::GqaArgs;
 use cmd::model::{ImportArgs, KvSizeArgs};
 
 #[derive(Parser)]
@@ -59,6 +60,8 @@ enum Command {
     Chat(ChatArgs),
     /// Decode speed of every cache layout at a context, and prefix-hit vs cold TTFT.
     BenchCache(BenchCacheArgs),
+    /// MHA vs GQA vs MQA at a long context: KV bytes, decode time, attention's share.
+    Gqa(GqaArgs),
 }
 
 fn main() {
@@ -74,6 +77,7 @@ fn main() {
         Command::Prefix(args) => cmd::cache::prefix(args),
         Command::Chat(args) => cmd::chat::chat(args),
         Command::BenchCache(args) => cmd::bench::bench_cache(args),
+        Command::Gqa(args) => cmd::gqa::gqa(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");
