@@ -170,3 +170,50 @@ pub fn run(context: usize, reps: usize) -> Result<GqaReport> {
         rows,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::KvStore;
+
+    #[test]
+    fn the_three_variants_have_smollm2s_shape_and_their_kv_heads() {
+        for (n_kv_heads, name, kv_mul) in [(9, "MHA", 1), (3, "GQA", 3), (1, "MQA", 9)] {
+            let config = config_with_kv_heads(n_kv_heads);
+            config.validate().unwrap();
+            assert_eq!(config.n_kv_heads(), n_kv_heads);
+            assert_eq!(config.kv_mul(), kv_mul);
+            assert_eq!(variant(config.num_attention_heads, n_kv_heads), name);
+            // 2 x 30 layers x n_kv_heads x 64 x 4 bytes.
+            let per_token = crate::cache::bytes_per_token(&config);
+            assert_eq!(per_token, 2 * 30 * n_kv_heads * 64 * 4);
+        }
+    }
+
+    #[test]
+    fn the_filled_cache_holds_context_positions_and_room_for_one_more() {
+        let mut config = config_with_kv_heads(3);
+        config.num_hidden_layers = 2;
+        let cache = filled_cache(&config, 10, 1).unwrap();
+        assert_eq!(KvStore::len(&cache), 10);
+        assert_eq!(cache.capacity(), 11);
+        assert_eq!(
+            cache.bytes_used(),
+            10 * crate::cache::bytes_per_token(&config)
+        );
+        let (k, v) = cache.read(1, 10);
+        assert!(k.iter().chain(v).all(|x| x.abs() <= 1.0));
+        assert!(
+            k.iter().any(|&x| x != 0.0) && k != v,
+            "synthetic K and V are filled"
+        );
+    }
+
+    #[test]
+    fn a_context_outside_the_model_is_an_error() {
+        for context in [0, 8192, usize::MAX] {
+            let err = run(context, 1).unwrap_err().to_string();
+            assert!(err.contains("--context"), "{err}");
+        }
+    }
+}
