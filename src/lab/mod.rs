@@ -14,6 +14,7 @@
 //! | [`shared_prompt`] | `kvlab prefix` | prefix-caching.md |
 //! | [`speculative`] | `kvlab compare --speculative` | speculative.md |
 //! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
+//! | [`gqa`] | `kvlab gqa` | gqa.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
@@ -24,6 +25,7 @@ pub mod capacity;
 pub mod compare;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
+pub mod gqa;
 pub mod roof;
 pub mod shared_prompt;
 pub mod speculative;

@@ -1,6 +1,6 @@
 //! The `kvlab` command line: generate, compare the two paths, size a KV cache, import a
 //! GGUF, a zero-setup demo, and the experiments (bench, trace, capacity, prefix, chat,
-//! bench-cache, attention-map), and `kvlab plot`, which draws the book's figures.
+//! bench-cache, attention-map, gqa), and `kvlab plot`, which draws the book's figures.
 //!
 //! The rule (src/lib.rs): the library computes and returns `Serialize` reports; this
 //! binary parses arguments (`args.rs`, one shared group per concern), calls the library
@@ -22,6 +22,7 @@ use cmd::bench::{BenchArgs, BenchCacheArgs};
 use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
 use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
+use cmd::gqa::GqaArgs;
 use cmd::model::{ImportArgs, KvSizeArgs};
 
 #[derive(Parser)]
@@ -66,6 +67,8 @@ enum Command {
     AttentionMap(AttentionMapArgs),
     /// Draw the book's figures (SVG) and their captions from the JSON of scripts/figures.sh.
     Plot(plot::PlotArgs),
+    /// MHA vs GQA vs MQA at a long context: KV bytes, decode time, attention's share.
+    Gqa(GqaArgs),
 }
 
 fn main() {
@@ -83,6 +86,7 @@ fn main() {
         Command::BenchCache(args) => cmd::bench::bench_cache(args),
         Command::AttentionMap(args) => cmd::attention::attention_map(args),
         Command::Plot(args) => plot::plot(args),
+        Command::Gqa(args) => cmd::gqa::gqa(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -6,4 +6,5 @@ pub mod bench;
 pub mod cache;
 pub mod chat;
 pub mod generate;
+pub mod gqa;
 pub mod model;
