@@ -47,7 +47,12 @@ pub fn causal_attention(
     attention_over(&Contiguous::new(keys, values, kv_dim), q, start_pos, heads)
 }
 
-/// The same attention, reading position `j`'s key and value from any layout.
+/// The same attention, reading position `j`'s key and value from any layout, in place.
+///
+/// The work is cut into tasks of (up to [`QUERY_ROWS`] query rows, one KV head);
+/// each task returns `[rows, kv_mul * head_dim]` — its rows' outputs for the query
+/// heads of that group — which are then copied into place. Decode (one row) thus
+/// still spreads its `n_kv_heads` groups over the threads.
 pub fn attention_over<R: KvRows + ?Sized>(
     rows: &R,
     q: &[f32],
@@ -62,52 +67,116 @@ pub fn attention_over<R: KvRows + ?Sized>(
     // GQA: query heads come in groups of `kv_mul` that share one KV head.
     // MHA is kv_mul = 1, MQA is n_kv_heads = 1. Same code for all three.
     let kv_mul = n_heads / n_kv_heads;
-    let scale = 1.0 / (head_dim as f32).sqrt();
-    let end = start_pos + q.len() / (n_heads * head_dim);
-
-    // Every KV head's keys, transposed: `[n_kv_heads, head_dim, end]`. Then the
-    // scores of one query, `q · Kᵀ`, are `head_dim` passes of `score[j] += q[d] · kᵀ[d][j]`
-    // over contiguous memory: vector instructions across positions `j`, no
-    // horizontal sums. Each score is the chain `fma(q[d], k[j][d], ·)` for
-    // d = 0, 1, 2... from 0.0, whatever the number of queries or positions.
-    let mut keys_t = vec![0.0f32; n_kv_heads * head_dim * end];
-    for j in 0..end {
-        for (c, &k) in rows.key(j).iter().enumerate() {
-            keys_t[c * end + j] = k;
+    let q_dim = n_heads * head_dim;
+    let n = q.len() / q_dim;
+    let tasks: Vec<(usize, usize)> = (0..n)
+        .step_by(QUERY_ROWS)
+        .flat_map(|i0| (0..n_kv_heads).map(move |kv_head| (i0, kv_head)))
+        .collect();
+    let groups: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|&(i0, kv_head)| {
+            let q_rows = &q[i0 * q_dim..(n.min(i0 + QUERY_ROWS)) * q_dim];
+            attend_group(rows, q_rows, start_pos + i0, kv_head, heads)
+        })
+        .collect();
+    let mut out = vec![0.0f32; q.len()]; // [n, n_heads * head_dim]
+    let group_dim = kv_mul * head_dim;
+    for (&(i0, kv_head), group) in tasks.iter().zip(&groups) {
+        for (i, src) in group.chunks_exact(group_dim).enumerate() {
+            out[(i0 + i) * q_dim + kv_head * group_dim..][..group_dim].copy_from_slice(src);
         }
     }
-    let mut out = vec![0.0f32; q.len()];
+    out
+}
 
-    // One task per (query row, head): each writes its own `head_dim` slice of `out`.
-    out.par_chunks_mut(head_dim)
-        .enumerate()
-        .for_each(|(row_head, out_head)| {
-            let (i, h) = (row_head / n_heads, row_head % n_heads);
-            let pos = start_pos + i;
-            let q_head = &q[row_head * head_dim..(row_head + 1) * head_dim];
-            let kv_head = h / kv_mul;
-            let k_t = &keys_t[kv_head * head_dim * end..][..head_dim * end];
+/// Query rows per attention task: they share each transposed key tile.
+const QUERY_ROWS: usize = 16;
+/// Key positions per tile: one 16-lane vector of scores.
+const KEY_TILE: usize = 16;
 
-            // The causal mask: position `pos` attends to positions 0..=pos only.
-            let mut scores = vec![0.0f32; pos + 1];
-            for (d, &q_d) in q_head.iter().enumerate() {
-                let k_d = &k_t[d * end..][..pos + 1]; // dimension d of keys 0..=pos
-                for (s, &k) in scores.iter_mut().zip(k_d) {
-                    *s = q_d.mul_add(k, *s);
+/// Attention of the query heads of group `kv_head` (those sharing KV head `kv_head`),
+/// for the rows of `q_rows` (`[m, n_heads * head_dim]`, the first at position
+/// `first_pos`). Returns `[m, kv_mul, head_dim]`.
+fn attend_group<R: KvRows + ?Sized>(
+    rows: &R,
+    q_rows: &[f32],
+    first_pos: usize,
+    kv_head: usize,
+    heads: Heads,
+) -> Vec<f32> {
+    let Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = heads;
+    let kv_mul = n_heads / n_kv_heads;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let m = q_rows.len() / (n_heads * head_dim);
+    let end = first_pos + m; // keys 0..end: the causal horizon of the last row
+    let q_head =
+        |i: usize, g: usize| &q_rows[(i * n_heads + kv_head * kv_mul + g) * head_dim..][..head_dim];
+
+    // Scores, `[m, kv_mul, end]`. Keys are read in place, 16 positions at a time:
+    // the tile `[head_dim, 16]` (keys transposed, 4 KiB, in L1) lets one query's
+    // 16 scores be `head_dim` vector multiply-adds, `s[l] += q[d] · kᵀ[d][l]`, with
+    // no horizontal sums — and every query row and head of the group reuses it.
+    // Each score is the chain `fma(q[d], k[j][d], ·)` for d = 0, 1, 2... from 0.0,
+    // whatever the number of rows or positions: the naive and cached paths agree.
+    let mut scores = vec![0.0f32; m * kv_mul * end];
+    let mut k_tile = vec![0.0f32; head_dim * KEY_TILE]; // [head_dim, KEY_TILE]
+    for j0 in (0..end).step_by(KEY_TILE) {
+        let tile_len = KEY_TILE.min(end - j0);
+        if tile_len < KEY_TILE {
+            k_tile.fill(0.0); // past the last key: computed, never used
+        }
+        for l in 0..tile_len {
+            let key = &rows.key(j0 + l)[kv_head * head_dim..][..head_dim];
+            for (d, &k) in key.iter().enumerate() {
+                k_tile[d * KEY_TILE + l] = k;
+            }
+        }
+        // Rows whose position reaches into this tile (the causal mask, tile by tile).
+        for i in j0.saturating_sub(first_pos)..m {
+            let visible = (first_pos + i + 1 - j0).min(tile_len);
+            for g in 0..kv_mul {
+                let mut acc = [0.0f32; KEY_TILE];
+                for (&q_d, k_d) in q_head(i, g).iter().zip(k_tile.chunks_exact(KEY_TILE)) {
+                    for (a, &k) in acc.iter_mut().zip(k_d) {
+                        *a = q_d.mul_add(k, *a);
+                    }
                 }
+                scores[(i * kv_mul + g) * end + j0..][..visible].copy_from_slice(&acc[..visible]);
             }
-            for s in scores.iter_mut() {
-                *s *= scale;
+        }
+    }
+
+    let mut out = vec![0.0f32; m * kv_mul * head_dim]; // [m, kv_mul, head_dim]
+    for (i, (scores_i, out_i)) in scores
+        .chunks_exact_mut(kv_mul * end)
+        .zip(out.chunks_exact_mut(kv_mul * head_dim))
+        .enumerate()
+    {
+        // The causal mask: position `first_pos + i` attends to positions 0..=first_pos + i.
+        let seen = first_pos + i + 1;
+        for (s, out_head) in scores_i
+            .chunks_exact_mut(end)
+            .zip(out_i.chunks_exact_mut(head_dim))
+        {
+            let s = &mut s[..seen];
+            for x in s.iter_mut() {
+                *x *= scale;
             }
-            softmax(&mut scores);
+            softmax(s);
             // out = Σ_j p_j · v_j, in order of j.
-            for (j, &p) in scores.iter().enumerate() {
+            for (j, &p) in s.iter().enumerate() {
                 let v = &rows.value(j)[kv_head * head_dim..][..head_dim];
                 for (o, &v) in out_head.iter_mut().zip(v) {
                     *o = p.mul_add(v, *o);
                 }
             }
-        });
+        }
+    }
     out
 }
 // ANCHOR_END: attention

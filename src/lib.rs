@@ -24,8 +24,11 @@ pub mod model;
 pub mod ops;
 pub mod random_model;
 pub mod rng;
+pub mod roof;
 pub mod sampler;
+pub mod simd;
 pub mod tokenizer;
+pub mod weights;
 
 pub use config::Config;
 pub use error::{Error, Result};

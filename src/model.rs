@@ -18,22 +18,25 @@ use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::ops;
+use crate::simd::WeightElem;
 use ndarray::{Array1, Array2};
 
 // ANCHOR: weights
 /// One transformer block's weights. Matrices are `[d_in, d_out]`: PyTorch's
 /// `[d_out, d_in]` transposed at load time, so `y = x · W` reads contiguous rows of `W`.
-pub struct Layer {
+/// Their element type `E` is f32 as loaded, or bf16 (`Model::to_bf16`, half the
+/// bytes for memory-bound decode); norms and biases stay f32.
+pub struct Layer<E = f32> {
     /// `[dim]`
     pub attn_norm: Array1<f32>,
     /// `[dim, n_heads * head_dim]`
-    pub wq: Array2<f32>,
+    pub wq: Array2<E>,
     /// `[dim, n_kv_heads * head_dim]`
-    pub wk: Array2<f32>,
+    pub wk: Array2<E>,
     /// `[dim, n_kv_heads * head_dim]`
-    pub wv: Array2<f32>,
+    pub wv: Array2<E>,
     /// `[n_heads * head_dim, dim]`
-    pub wo: Array2<f32>,
+    pub wo: Array2<E>,
     /// Optional q/k/v biases (Qwen2): `[n_heads * head_dim]`, `[kv_dim]`, `[kv_dim]`.
     pub bq: Option<Array1<f32>>,
     pub bk: Option<Array1<f32>>,
@@ -41,26 +44,26 @@ pub struct Layer {
     /// `[dim]`
     pub mlp_norm: Array1<f32>,
     /// `[dim, hidden]`
-    pub w_gate: Array2<f32>,
+    pub w_gate: Array2<E>,
     /// `[dim, hidden]`
-    pub w_up: Array2<f32>,
+    pub w_up: Array2<E>,
     /// `[hidden, dim]`
-    pub w_down: Array2<f32>,
+    pub w_down: Array2<E>,
 }
 
-/// The whole model, in f32.
-pub struct Model {
+/// The whole model: weight matrices of element type `E` (f32 unless converted).
+pub struct Model<E = f32> {
     pub config: Config,
     /// `[vocab, dim]`
     pub embed: Array2<f32>,
-    pub layers: Vec<Layer>,
+    pub layers: Vec<Layer<E>>,
     /// `[dim]`
     pub final_norm: Array1<f32>,
     /// `[dim, vocab]`. When the checkpoint ties it to the embedding (SmolLM2
     /// does), this is a transposed copy of `embed`: the embedding is read one
     /// row (token) at a time, the LM head as a whole matrix, and each wants its
     /// own layout. The copy costs `vocab x dim` floats of memory, not of time.
-    pub lm_head: Array2<f32>,
+    pub lm_head: Array2<E>,
     /// True when `lm_head` is a copy of `embed` (counted once in `n_params`).
     pub tied_embeddings: bool,
 }
@@ -80,11 +83,11 @@ pub enum KvSource<'a> {
 
 /// Reads a standard-layout array as a slice. Every array here is built
 /// contiguous (by the loader or by `Array2::zeros`), so this cannot fail.
-fn s<D: ndarray::Dimension>(a: &ndarray::Array<f32, D>) -> &[f32] {
+fn s<A, D: ndarray::Dimension>(a: &ndarray::Array<A, D>) -> &[A] {
     a.as_slice().expect("arrays in kvlab are contiguous")
 }
 
-impl Model {
+impl<E: WeightElem> Model<E> {
     pub fn heads(&self) -> Heads {
         Heads {
             n_heads: self.config.num_attention_heads,
@@ -151,12 +154,13 @@ impl Model {
             .map(|pos| ops::rope_cos_sin(pos, heads.head_dim, c.rope_theta))
             .collect();
         let eps = c.rms_norm_eps as f32;
-        let linear = |input: &[f32], w: &Array2<f32>| {
+        let linear = |input: &[f32], w: &Array2<E>| {
             let (d_in, d_out) = w.dim();
             let mut out = vec![0.0f32; input.len() / d_in * d_out];
-            ops::matmul(input, s(w), &mut out, d_in, d_out);
+            ops::matmuls(input, d_in, vec![(s(w), &mut out[..])]);
             out
         };
+        let hidden_dim = c.intermediate_size;
 
         let mut xb = vec![0.0f32; n * dim]; // normalised input of a sub-block, [n, dim]
         for (l, layer) in self.layers.iter().enumerate() {
@@ -164,9 +168,19 @@ impl Model {
 
             // ---- attention block ----
             ops::rmsnorm(x_s, s(&layer.attn_norm), eps, &mut xb);
-            let mut q = linear(&xb, &layer.wq); // [n, n_heads * head_dim]
-            let mut k = linear(&xb, &layer.wk); // [n, n_kv_heads * head_dim]
-            let mut v = linear(&xb, &layer.wv); // [n, n_kv_heads * head_dim]
+            let mut q = vec![0.0f32; n * q_dim]; // [n, n_heads * head_dim]
+            let mut k = vec![0.0f32; n * kv_dim]; // [n, n_kv_heads * head_dim]
+            let mut v = vec![0.0f32; n * kv_dim]; // [n, n_kv_heads * head_dim]
+                                                  // Q, K and V read the same input: one parallel region for the three.
+            ops::matmuls(
+                &xb,
+                dim,
+                vec![
+                    (s(&layer.wq), &mut q[..]),
+                    (s(&layer.wk), &mut k[..]),
+                    (s(&layer.wv), &mut v[..]),
+                ],
+            );
             for (bias, t) in [
                 (&layer.bq, &mut q),
                 (&layer.bk, &mut k),
@@ -198,8 +212,16 @@ impl Model {
 
             // ---- MLP block ----
             ops::rmsnorm(x_s, s(&layer.mlp_norm), eps, &mut xb);
-            let mut gate = linear(&xb, &layer.w_gate); // [n, hidden]
-            let up = linear(&xb, &layer.w_up); // [n, hidden]
+            let mut gate = vec![0.0f32; n * hidden_dim]; // [n, hidden]
+            let mut up = vec![0.0f32; n * hidden_dim]; // [n, hidden]
+            ops::matmuls(
+                &xb,
+                dim,
+                vec![
+                    (s(&layer.w_gate), &mut gate[..]),
+                    (s(&layer.w_up), &mut up[..]),
+                ],
+            );
             ops::swiglu(&mut gate, &up);
             ops::add_inplace(x_s, &linear(&gate, &layer.w_down));
         }
@@ -221,7 +243,8 @@ impl Model {
         );
         let (dim, vocab) = self.lm_head.dim();
         let mut logits = vec![0.0f32; vocab];
-        ops::matmul(&normed, s(&self.lm_head), &mut logits, dim, vocab);
+        debug_assert_eq!(dim, normed.len());
+        ops::matmuls(&normed, dim, vec![(s(&self.lm_head), &mut logits[..])]);
         logits
     }
 
