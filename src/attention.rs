@@ -90,10 +90,47 @@ pub fn attention_over<R: KvRows + ?Sized>(
     out
 }
 
-/// Query rows per attention task: they share each transposed key tile.
+/// Query rows per attention task.
 const QUERY_ROWS: usize = 16;
-/// Key positions per tile: one 16-lane vector of scores.
-const KEY_TILE: usize = 16;
+/// Value dimensions summed at once: 64 sums = 8 AVX2 registers.
+const VALUE_BLOCK: usize = 64;
+
+// ANCHOR: score
+/// Lanes of the score dot product.
+const LANES: usize = 16;
+
+/// `q · k` for one query head and one key, in a fixed order that depends only
+/// on `head_dim`: lane `l` sums `d = l, l + 16, l + 32, ...` (a chain of fused
+/// multiply-adds from 0.0), then the 16 lanes are folded by halves
+/// (`l + 8` onto `l`, then `+ 4`, `+ 2`, `+ 1`). The same chain for every score,
+/// however many queries or keys a call has, so the naive and cached paths still
+/// agree bit for bit; and the key is read where it lies (a contiguous
+/// `head_dim` run of the cache), with no copy. The 16 lanes are what a compiler
+/// turns into two AVX2 (or one AVX-512) multiply-adds per step.
+#[inline(always)]
+pub fn score(q: &[f32], k: &[f32]) -> f32 {
+    debug_assert_eq!(q.len(), k.len());
+    let (q_blocks, q_tail) = q.as_chunks::<LANES>();
+    let (k_blocks, k_tail) = k.as_chunks::<LANES>();
+    let mut acc = [0.0f32; LANES];
+    for (qb, kb) in q_blocks.iter().zip(k_blocks) {
+        for l in 0..LANES {
+            acc[l] = qb[l].mul_add(kb[l], acc[l]);
+        }
+    }
+    for (l, (&q, &k)) in q_tail.iter().zip(k_tail).enumerate() {
+        acc[l] = q.mul_add(k, acc[l]);
+    }
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+    }
+    acc[0]
+}
+// ANCHOR_END: score
 
 /// Attention of the query heads of group `kv_head` (those sharing KV head `kv_head`),
 /// for the rows of `q_rows` (`[m, n_heads * head_dim]`, the first at position
@@ -114,39 +151,17 @@ fn attend_group<R: KvRows + ?Sized>(
     let scale = 1.0 / (head_dim as f32).sqrt();
     let m = q_rows.len() / (n_heads * head_dim);
     let end = first_pos + m; // keys 0..end: the causal horizon of the last row
-    let q_head =
-        |i: usize, g: usize| &q_rows[(i * n_heads + kv_head * kv_mul + g) * head_dim..][..head_dim];
 
-    // Scores, `[m, kv_mul, end]`. Keys are read in place, 16 positions at a time:
-    // the tile `[head_dim, 16]` (keys transposed, 4 KiB, in L1) lets one query's
-    // 16 scores be `head_dim` vector multiply-adds, `s[l] += q[d] · kᵀ[d][l]`, with
-    // no horizontal sums — and every query row and head of the group reuses it.
-    // Each score is the chain `fma(q[d], k[j][d], ·)` for d = 0, 1, 2... from 0.0,
-    // whatever the number of rows or positions: the naive and cached paths agree.
+    // Scores, `[m, kv_mul, end]`: each key is read once, in place, and scored
+    // against every query row and head of the group that can see it.
     let mut scores = vec![0.0f32; m * kv_mul * end];
-    let mut k_tile = vec![0.0f32; head_dim * KEY_TILE]; // [head_dim, KEY_TILE]
-    for j0 in (0..end).step_by(KEY_TILE) {
-        let tile_len = KEY_TILE.min(end - j0);
-        if tile_len < KEY_TILE {
-            k_tile.fill(0.0); // past the last key: computed, never used
-        }
-        for l in 0..tile_len {
-            let key = &rows.key(j0 + l)[kv_head * head_dim..][..head_dim];
-            for (d, &k) in key.iter().enumerate() {
-                k_tile[d * KEY_TILE + l] = k;
-            }
-        }
-        // Rows whose position reaches into this tile (the causal mask, tile by tile).
-        for i in j0.saturating_sub(first_pos)..m {
-            let visible = (first_pos + i + 1 - j0).min(tile_len);
+    for j in 0..end {
+        let key = &rows.key(j)[kv_head * head_dim..][..head_dim];
+        // Rows whose position reaches key `j` (the causal mask).
+        for i in j.saturating_sub(first_pos)..m {
             for g in 0..kv_mul {
-                let mut acc = [0.0f32; KEY_TILE];
-                for (&q_d, k_d) in q_head(i, g).iter().zip(k_tile.chunks_exact(KEY_TILE)) {
-                    for (a, &k) in acc.iter_mut().zip(k_d) {
-                        *a = q_d.mul_add(k, *a);
-                    }
-                }
-                scores[(i * kv_mul + g) * end + j0..][..visible].copy_from_slice(&acc[..visible]);
+                let q_head = &q_rows[(i * n_heads + kv_head * kv_mul + g) * head_dim..][..head_dim];
+                scores[(i * kv_mul + g) * end + j] = score(q_head, key);
             }
         }
     }
@@ -168,11 +183,32 @@ fn attend_group<R: KvRows + ?Sized>(
                 *x *= scale;
             }
             softmax(s);
-            // out = Σ_j p_j · v_j, in order of j.
-            for (j, &p) in s.iter().enumerate() {
-                let v = &rows.value(j)[kv_head * head_dim..][..head_dim];
-                for (o, &v) in out_head.iter_mut().zip(v) {
-                    *o = p.mul_add(v, *o);
+            // out = Σ_j p_j · v_j, in order of j, `VALUE_BLOCK` dimensions at a time
+            // so that the sums stay in registers while `j` runs.
+            for (d0, out_block) in (0..head_dim)
+                .step_by(VALUE_BLOCK)
+                .zip(out_head.chunks_mut(VALUE_BLOCK))
+            {
+                let width = out_block.len();
+                let value = |j: usize| &rows.value(j)[kv_head * head_dim + d0..][..width];
+                match width {
+                    VALUE_BLOCK => {
+                        let mut acc = [0.0f32; VALUE_BLOCK];
+                        for (j, &p) in s.iter().enumerate() {
+                            let v: &[f32; VALUE_BLOCK] = value(j).try_into().expect("block");
+                            for (a, &v) in acc.iter_mut().zip(v) {
+                                *a = p.mul_add(v, *a);
+                            }
+                        }
+                        out_block.copy_from_slice(&acc);
+                    }
+                    _ => {
+                        for (j, &p) in s.iter().enumerate() {
+                            for (o, &v) in out_block.iter_mut().zip(value(j)) {
+                                *o = p.mul_add(v, *o);
+                            }
+                        }
+                    }
                 }
             }
         }
