@@ -13,7 +13,7 @@
 //!   a cache ([`KvStore`]: preallocated, growable, paged or prefix-shared) and
 //!   attends over everything the cache holds.
 
-use crate::attention::{causal_attention, Heads};
+use crate::attention::{Contiguous, Heads, KvView};
 use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -85,6 +85,17 @@ pub enum KvSource<'a> {
 /// contiguous (by the loader or by `Array2::zeros`), so this cannot fail.
 fn s<A, D: ndarray::Dimension>(a: &ndarray::Array<A, D>) -> &[A] {
     a.as_slice().expect("arrays in kvlab are contiguous")
+}
+
+/// Runs `f` on one of rayon's threads and waits for it. The forward pass has
+/// dozens of parallel regions per layer (each matmul, attention); started from
+/// the main thread, each would be a hand-off to the pool and back (two thread
+/// wake-ups, tens of microseconds — decode does ~200 of them per token); started
+/// from a pool thread, a parallel region is a cheap work-stealing `join`. The
+/// cache (`&mut dyn KvStore`, not `Send`) stays on the calling thread, so each
+/// layer makes two trips: before the cache write, and after it.
+fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
 }
 
 impl<E: WeightElem> Model<E> {
@@ -167,63 +178,59 @@ impl<E: WeightElem> Model<E> {
             let x_s = x.as_slice_mut().expect("x is contiguous");
 
             // ---- attention block ----
-            ops::rmsnorm(x_s, s(&layer.attn_norm), eps, &mut xb);
-            let mut q = vec![0.0f32; n * q_dim]; // [n, n_heads * head_dim]
-            let mut k = vec![0.0f32; n * kv_dim]; // [n, n_kv_heads * head_dim]
-            let mut v = vec![0.0f32; n * kv_dim]; // [n, n_kv_heads * head_dim]
-                                                  // Q, K and V read the same input: one parallel region for the three.
-            ops::matmuls(
-                &xb,
-                dim,
-                vec![
+            let (q, k, v) = in_pool(|| {
+                ops::rmsnorm(x_s, s(&layer.attn_norm), eps, &mut xb);
+                let mut q = vec![0.0f32; n * q_dim]; // [n, n_heads * head_dim]
+                let mut k = vec![0.0f32; n * kv_dim]; // [n, n_kv_heads * head_dim]
+                let mut v = vec![0.0f32; n * kv_dim]; // [n, n_kv_heads * head_dim]
+                                                      // Q, K and V read the same input: one parallel region for the three.
+                let qkv = vec![
                     (s(&layer.wq), &mut q[..]),
                     (s(&layer.wk), &mut k[..]),
                     (s(&layer.wv), &mut v[..]),
-                ],
-            );
-            for (bias, t) in [
-                (&layer.bq, &mut q),
-                (&layer.bk, &mut k),
-                (&layer.bv, &mut v),
-            ] {
-                if let Some(b) = bias {
-                    ops::add_bias(t, s(b));
+                ];
+                ops::matmuls(&xb, dim, qkv);
+                for (bias, t) in [
+                    (&layer.bq, &mut q),
+                    (&layer.bk, &mut k),
+                    (&layer.bv, &mut v),
+                ] {
+                    if let Some(b) = bias {
+                        ops::add_bias(t, s(b));
+                    }
                 }
-            }
-            for (i, (cos, sin)) in rope.iter().enumerate() {
-                ops::apply_rope(&mut q[i * q_dim..(i + 1) * q_dim], heads.head_dim, cos, sin);
-                ops::apply_rope(
-                    &mut k[i * kv_dim..(i + 1) * kv_dim],
-                    heads.head_dim,
-                    cos,
-                    sin,
-                );
-            }
-            // The only line where the two paths differ.
-            let attn = match kv {
-                KvSource::ThisPass => causal_attention(&q, &k, &v, 0, heads),
+                for (i, (cos, sin)) in rope.iter().enumerate() {
+                    let head_dim = heads.head_dim;
+                    ops::apply_rope(&mut q[i * q_dim..][..q_dim], head_dim, cos, sin);
+                    ops::apply_rope(&mut k[i * kv_dim..][..kv_dim], head_dim, cos, sin);
+                }
+                (q, k, v)
+            });
+            // The only lines where the two paths differ: where K and V come from.
+            let kv_rows = match kv {
+                KvSource::ThisPass => KvView::Contiguous(Contiguous::new(&k, &v, kv_dim)),
                 KvSource::Cache(cache) => {
                     cache.write(l, &k, &v)?;
                     // Contiguous rows, or a block table (PagedAttention): same arithmetic.
-                    cache.read(l, start_pos + n).attend(&q, start_pos, heads)
+                    cache.read(l, start_pos + n)
                 }
             };
-            ops::add_inplace(x_s, &linear(&attn, &layer.wo));
+            in_pool(|| {
+                let attn = kv_rows.attend(&q, start_pos, heads);
+                ops::add_inplace(x_s, &linear(&attn, &layer.wo));
 
-            // ---- MLP block ----
-            ops::rmsnorm(x_s, s(&layer.mlp_norm), eps, &mut xb);
-            let mut gate = vec![0.0f32; n * hidden_dim]; // [n, hidden]
-            let mut up = vec![0.0f32; n * hidden_dim]; // [n, hidden]
-            ops::matmuls(
-                &xb,
-                dim,
-                vec![
+                // ---- MLP block ----
+                ops::rmsnorm(x_s, s(&layer.mlp_norm), eps, &mut xb);
+                let mut gate = vec![0.0f32; n * hidden_dim]; // [n, hidden]
+                let mut up = vec![0.0f32; n * hidden_dim]; // [n, hidden]
+                let gate_up = vec![
                     (s(&layer.w_gate), &mut gate[..]),
                     (s(&layer.w_up), &mut up[..]),
-                ],
-            );
-            ops::swiglu(&mut gate, &up);
-            ops::add_inplace(x_s, &linear(&gate, &layer.w_down));
+                ];
+                ops::matmuls(&xb, dim, gate_up);
+                ops::swiglu(&mut gate, &up);
+                ops::add_inplace(x_s, &linear(&gate, &layer.w_down));
+            });
         }
         if let KvSource::Cache(cache) = kv {
             cache.advance(n);
@@ -244,7 +251,7 @@ impl<E: WeightElem> Model<E> {
         let (dim, vocab) = self.lm_head.dim();
         let mut logits = vec![0.0f32; vocab];
         debug_assert_eq!(dim, normed.len());
-        ops::matmuls(&normed, dim, vec![(s(&self.lm_head), &mut logits[..])]);
+        in_pool(|| ops::matmuls(&normed, dim, vec![(s(&self.lm_head), &mut logits[..])]));
         logits
     }
 
