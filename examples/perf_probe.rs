@@ -76,6 +76,8 @@ fn kernels() {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("kernels") {
+        let peak = kvlab::roof::fma_peak();
+        println!("FMA peak {:.1} GFLOP/s ({:?}, {} threads)", peak.gflop_s, peak.isa, peak.threads);
         return kernels();
     }
     let reps: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
