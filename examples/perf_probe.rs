@@ -77,7 +77,10 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("kernels") {
         let peak = kvlab::roof::fma_peak();
-        println!("FMA peak {:.1} GFLOP/s ({:?}, {} threads)", peak.gflop_s, peak.isa, peak.threads);
+        println!(
+            "FMA peak {:.1} GFLOP/s ({:?}, {} threads)",
+            peak.gflop_s, peak.isa, peak.threads
+        );
         return kernels();
     }
     let reps: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
