@@ -4,6 +4,9 @@
 //! 128 and 512, and prefill throughput at 128 and 512 tokens. Then a summary a
 //! learner can read (JSON), with the speedups and the memory roofline.
 //!
+//! Then the same with bf16 weights, and the prefill figures as fractions of the
+//! measured FMA peak (`kvlab::roof`).
+//!
 //! `cargo bench -- --quick` for a fast pass; `KVLAB_BENCH_SUMMARY=0` skips the summary.
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
@@ -79,9 +82,66 @@ fn summary() {
         "{}",
         serde_json::to_string_pretty(&report).expect("the report serialises")
     );
+    // The compute roof for prefill (src/lab/roof.rs), as the memory roof is for decode.
+    let peak = kvlab::lab::roof::fma_peak();
+    println!(
+        "f32 FMA peak: {:.1} GFLOP/s ({:?}, {} threads)",
+        peak.gflop_s, peak.isa, peak.threads
+    );
+    for p in &report.prefill {
+        println!(
+            "prefill {}: {:.1} GFLOP/s = {:.0}% of the FMA peak",
+            p.prompt_len,
+            p.gflop_s,
+            100.0 * p.gflop_s / peak.gflop_s
+        );
+    }
 }
 
-criterion_group!(benches, per_token, prefill);
+/// The same decode step and prefill with bf16 weights (`Model::to_bf16`): half
+/// the bytes per weight, the same f32 arithmetic.
+fn bf16(c: &mut Criterion) {
+    let model = model().to_bf16();
+    let mut group = c.benchmark_group("bf16");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(5));
+    for context in [1, 512] {
+        let seq = kvlab::lab::timing::synthetic_prompt(context + 1, model.config.vocab_size, 0);
+        let mut cache = kvlab::cache::PreallocatedCache::new(&model.config, context + 1).unwrap();
+        model
+            .forward_hidden(
+                &seq[..context],
+                &mut kvlab::model::KvSource::Cache(&mut cache),
+            )
+            .unwrap();
+        group.bench_with_input(BenchmarkId::new("cached", context), &context, |b, _| {
+            b.iter(|| {
+                cache.truncate(context);
+                black_box(
+                    model
+                        .forward(&seq[context..], kvlab::model::KvSource::Cache(&mut cache))
+                        .unwrap(),
+                )
+            })
+        });
+    }
+    let prompt = kvlab::lab::timing::synthetic_prompt(512, model.config.vocab_size, 0);
+    group.throughput(Throughput::Elements(512));
+    group.bench_function("prefill/512", |b| {
+        b.iter(|| {
+            let mut cache = kvlab::cache::PreallocatedCache::new(&model.config, 512).unwrap();
+            black_box(
+                model
+                    .forward(&prompt, kvlab::model::KvSource::Cache(&mut cache))
+                    .unwrap(),
+            )
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, per_token, prefill, bf16);
 
 fn main() {
     benches();

@@ -59,7 +59,12 @@ pub fn causal_attention(
     attention_over(&Contiguous::new(keys, values, kv_dim), q, start_pos, heads)
 }
 
-/// The same attention, reading position `j`'s key and value from any layout.
+/// The same attention, reading position `j`'s key and value from any layout, in place.
+///
+/// The work is cut into tasks of (up to [`QUERY_ROWS`] query rows, one KV head);
+/// each task returns `[rows, kv_mul * head_dim]` — its rows' outputs for the query
+/// heads of that group — which are then copied into place. Decode (one row) thus
+/// still spreads its `n_kv_heads` groups over the threads.
 pub fn attention_over<R: KvRows + ?Sized>(
     rows: &R,
     q: &[f32],
@@ -74,52 +79,152 @@ pub fn attention_over<R: KvRows + ?Sized>(
     // GQA: query heads come in groups of `kv_mul` that share one KV head.
     // MHA is kv_mul = 1, MQA is n_kv_heads = 1. Same code for all three.
     let kv_mul = n_heads / n_kv_heads;
-    let scale = 1.0 / (head_dim as f32).sqrt();
-    let end = start_pos + q.len() / (n_heads * head_dim);
-
-    // Every KV head's keys, transposed: `[n_kv_heads, head_dim, end]`. Then the
-    // scores of one query, `q · Kᵀ`, are `head_dim` passes of `score[j] += q[d] · kᵀ[d][j]`
-    // over contiguous memory: vector instructions across positions `j`, no
-    // horizontal sums. Each score is the chain `fma(q[d], k[j][d], ·)` for
-    // d = 0, 1, 2... from 0.0, whatever the number of queries or positions.
-    let mut keys_t = vec![0.0f32; n_kv_heads * head_dim * end];
-    for j in 0..end {
-        for (c, &k) in rows.key(j).iter().enumerate() {
-            keys_t[c * end + j] = k;
+    let q_dim = n_heads * head_dim;
+    let n = q.len() / q_dim;
+    let tasks: Vec<(usize, usize)> = (0..n)
+        .step_by(QUERY_ROWS)
+        .flat_map(|i0| (0..n_kv_heads).map(move |kv_head| (i0, kv_head)))
+        .collect();
+    let groups: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|&(i0, kv_head)| {
+            let q_rows = &q[i0 * q_dim..(n.min(i0 + QUERY_ROWS)) * q_dim];
+            attend_group(rows, q_rows, start_pos + i0, kv_head, heads)
+        })
+        .collect();
+    let mut out = vec![0.0f32; q.len()]; // [n, n_heads * head_dim]
+    let group_dim = kv_mul * head_dim;
+    for (&(i0, kv_head), group) in tasks.iter().zip(&groups) {
+        for (i, src) in group.chunks_exact(group_dim).enumerate() {
+            out[(i0 + i) * q_dim + kv_head * group_dim..][..group_dim].copy_from_slice(src);
         }
     }
-    let mut out = vec![0.0f32; q.len()];
+    out
+}
 
-    // One task per (query row, head): each writes its own `head_dim` slice of `out`.
-    out.par_chunks_mut(head_dim)
+/// Query rows per attention task.
+const QUERY_ROWS: usize = 16;
+/// Value dimensions summed at once: 64 sums = 8 AVX2 registers.
+const VALUE_BLOCK: usize = 64;
+
+// ANCHOR: score
+/// Lanes of the score dot product.
+const LANES: usize = 16;
+
+/// `q · k` for one query head and one key, in a fixed order that depends only
+/// on `head_dim`: lane `l` sums `d = l, l + 16, l + 32, ...` (a chain of fused
+/// multiply-adds from 0.0), then the 16 lanes are folded by halves
+/// (`l + 8` onto `l`, then `+ 4`, `+ 2`, `+ 1`). The same chain for every score,
+/// however many queries or keys a call has, so the naive and cached paths still
+/// agree bit for bit; and the key is read where it lies (a contiguous
+/// `head_dim` run of the cache), with no copy. The 16 lanes are what a compiler
+/// turns into two AVX2 (or one AVX-512) multiply-adds per step.
+#[inline(always)]
+pub fn score(q: &[f32], k: &[f32]) -> f32 {
+    debug_assert_eq!(q.len(), k.len());
+    let (q_blocks, q_tail) = q.as_chunks::<LANES>();
+    let (k_blocks, k_tail) = k.as_chunks::<LANES>();
+    let mut acc = [0.0f32; LANES];
+    for (qb, kb) in q_blocks.iter().zip(k_blocks) {
+        for l in 0..LANES {
+            acc[l] = qb[l].mul_add(kb[l], acc[l]);
+        }
+    }
+    for (l, (&q, &k)) in q_tail.iter().zip(k_tail).enumerate() {
+        acc[l] = q.mul_add(k, acc[l]);
+    }
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+    }
+    acc[0]
+}
+// ANCHOR_END: score
+
+/// Attention of the query heads of group `kv_head` (those sharing KV head `kv_head`),
+/// for the rows of `q_rows` (`[m, n_heads * head_dim]`, the first at position
+/// `first_pos`). Returns `[m, kv_mul, head_dim]`.
+fn attend_group<R: KvRows + ?Sized>(
+    rows: &R,
+    q_rows: &[f32],
+    first_pos: usize,
+    kv_head: usize,
+    heads: Heads,
+) -> Vec<f32> {
+    let Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = heads;
+    let kv_mul = n_heads / n_kv_heads;
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let m = q_rows.len() / (n_heads * head_dim);
+    let end = first_pos + m; // keys 0..end: the causal horizon of the last row
+
+    // Scores, `[m, kv_mul, end]`: each key is read once, in place, and scored
+    // against every query row and head of the group that can see it.
+    let mut scores = vec![0.0f32; m * kv_mul * end];
+    for j in 0..end {
+        let key = &rows.key(j)[kv_head * head_dim..][..head_dim];
+        // Rows whose position reaches key `j` (the causal mask).
+        for i in j.saturating_sub(first_pos)..m {
+            for g in 0..kv_mul {
+                let q_head = &q_rows[(i * n_heads + kv_head * kv_mul + g) * head_dim..][..head_dim];
+                scores[(i * kv_mul + g) * end + j] = score(q_head, key);
+            }
+        }
+    }
+
+    let mut out = vec![0.0f32; m * kv_mul * head_dim]; // [m, kv_mul, head_dim]
+    for (i, (scores_i, out_i)) in scores
+        .chunks_exact_mut(kv_mul * end)
+        .zip(out.chunks_exact_mut(kv_mul * head_dim))
         .enumerate()
-        .for_each(|(row_head, out_head)| {
-            let (i, h) = (row_head / n_heads, row_head % n_heads);
-            let pos = start_pos + i;
-            let q_head = &q[row_head * head_dim..(row_head + 1) * head_dim];
-            let kv_head = h / kv_mul;
-            let k_t = &keys_t[kv_head * head_dim * end..][..head_dim * end];
-
-            // The causal mask: position `pos` attends to positions 0..=pos only.
-            let mut scores = vec![0.0f32; pos + 1];
-            for (d, &q_d) in q_head.iter().enumerate() {
-                let k_d = &k_t[d * end..][..pos + 1]; // dimension d of keys 0..=pos
-                for (s, &k) in scores.iter_mut().zip(k_d) {
-                    *s = q_d.mul_add(k, *s);
+    {
+        // The causal mask: position `first_pos + i` attends to positions 0..=first_pos + i.
+        let seen = first_pos + i + 1;
+        for (s, out_head) in scores_i
+            .chunks_exact_mut(end)
+            .zip(out_i.chunks_exact_mut(head_dim))
+        {
+            let s = &mut s[..seen];
+            for x in s.iter_mut() {
+                *x *= scale;
+            }
+            softmax(s);
+            // out = Σ_j p_j · v_j, in order of j, `VALUE_BLOCK` dimensions at a time
+            // so that the sums stay in registers while `j` runs.
+            for (d0, out_block) in (0..head_dim)
+                .step_by(VALUE_BLOCK)
+                .zip(out_head.chunks_mut(VALUE_BLOCK))
+            {
+                let width = out_block.len();
+                let value = |j: usize| &rows.value(j)[kv_head * head_dim + d0..][..width];
+                match width {
+                    VALUE_BLOCK => {
+                        let mut acc = [0.0f32; VALUE_BLOCK];
+                        for (j, &p) in s.iter().enumerate() {
+                            let v: &[f32; VALUE_BLOCK] = value(j).try_into().expect("block");
+                            for (a, &v) in acc.iter_mut().zip(v) {
+                                *a = p.mul_add(v, *a);
+                            }
+                        }
+                        out_block.copy_from_slice(&acc);
+                    }
+                    _ => {
+                        for (j, &p) in s.iter().enumerate() {
+                            for (o, &v) in out_block.iter_mut().zip(value(j)) {
+                                *o = p.mul_add(v, *o);
+                            }
+                        }
+                    }
                 }
             }
-            for s in scores.iter_mut() {
-                *s *= scale;
-            }
-            softmax(&mut scores);
-            // out = Σ_j p_j · v_j, in order of j.
-            for (j, &p) in scores.iter().enumerate() {
-                let v = &rows.value(j)[kv_head * head_dim..][..head_dim];
-                for (o, &v) in out_head.iter_mut().zip(v) {
-                    *o = p.mul_add(v, *o);
-                }
-            }
-        });
+        }
+    }
     out
 }
 // ANCHOR_END: attention

@@ -32,8 +32,10 @@ pub mod ops;
 pub mod random_model;
 pub mod rng;
 pub mod sampler;
+pub mod simd;
 pub mod speculative;
 pub mod tokenizer;
+pub mod weights;
 
 pub use config::Config;
 pub use error::{Error, Result};

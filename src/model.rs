@@ -13,27 +13,30 @@
 //!   a cache ([`KvStore`]: preallocated, growable, paged or prefix-shared) and
 //!   attends over everything the cache holds.
 
-use crate::attention::{causal_attention, Heads};
+use crate::attention::{Contiguous, Heads, KvView};
 use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::ops;
+use crate::simd::WeightElem;
 use ndarray::{Array1, Array2};
 
 // ANCHOR: weights
 /// One transformer block's weights. Matrices are `[d_in, d_out]`: PyTorch's
 /// `[d_out, d_in]` transposed at load time, so `y = x · W` reads contiguous rows of `W`.
-pub struct Layer {
+/// Their element type `E` is f32 as loaded, or bf16 (`Model::to_bf16`, half the
+/// bytes for memory-bound decode); norms and biases stay f32.
+pub struct Layer<E = f32> {
     /// `[dim]`
     pub attn_norm: Array1<f32>,
     /// `[dim, n_heads * head_dim]`
-    pub wq: Array2<f32>,
+    pub wq: Array2<E>,
     /// `[dim, n_kv_heads * head_dim]`
-    pub wk: Array2<f32>,
+    pub wk: Array2<E>,
     /// `[dim, n_kv_heads * head_dim]`
-    pub wv: Array2<f32>,
+    pub wv: Array2<E>,
     /// `[n_heads * head_dim, dim]`
-    pub wo: Array2<f32>,
+    pub wo: Array2<E>,
     /// Optional q/k/v biases (Qwen2): `[n_heads * head_dim]`, `[kv_dim]`, `[kv_dim]`.
     pub bq: Option<Array1<f32>>,
     pub bk: Option<Array1<f32>>,
@@ -41,26 +44,26 @@ pub struct Layer {
     /// `[dim]`
     pub mlp_norm: Array1<f32>,
     /// `[dim, hidden]`
-    pub w_gate: Array2<f32>,
+    pub w_gate: Array2<E>,
     /// `[dim, hidden]`
-    pub w_up: Array2<f32>,
+    pub w_up: Array2<E>,
     /// `[hidden, dim]`
-    pub w_down: Array2<f32>,
+    pub w_down: Array2<E>,
 }
 
-/// The whole model, in f32.
-pub struct Model {
+/// The whole model: weight matrices of element type `E` (f32 unless converted).
+pub struct Model<E = f32> {
     pub config: Config,
     /// `[vocab, dim]`
     pub embed: Array2<f32>,
-    pub layers: Vec<Layer>,
+    pub layers: Vec<Layer<E>>,
     /// `[dim]`
     pub final_norm: Array1<f32>,
     /// `[dim, vocab]`. When the checkpoint ties it to the embedding (SmolLM2
     /// does), this is a transposed copy of `embed`: the embedding is read one
     /// row (token) at a time, the LM head as a whole matrix, and each wants its
     /// own layout. The copy costs `vocab x dim` floats of memory, not of time.
-    pub lm_head: Array2<f32>,
+    pub lm_head: Array2<E>,
     /// True when `lm_head` is a copy of `embed` (counted once in `n_params`).
     pub tied_embeddings: bool,
 }
@@ -80,11 +83,22 @@ pub enum KvSource<'a> {
 
 /// Reads a standard-layout array as a slice. Every array here is built
 /// contiguous (by the loader or by `Array2::zeros`), so this cannot fail.
-fn s<D: ndarray::Dimension>(a: &ndarray::Array<f32, D>) -> &[f32] {
+fn s<A, D: ndarray::Dimension>(a: &ndarray::Array<A, D>) -> &[A] {
     a.as_slice().expect("arrays in kvlab are contiguous")
 }
 
-impl Model {
+/// Runs `f` on one of rayon's threads and waits for it. The forward pass has
+/// dozens of parallel regions per layer (each matmul, attention); started from
+/// the main thread, each would be a hand-off to the pool and back (two thread
+/// wake-ups, tens of microseconds — decode does ~200 of them per token); started
+/// from a pool thread, a parallel region is a cheap work-stealing `join`. The
+/// cache (`&mut dyn KvStore`, not `Send`) stays on the calling thread, so each
+/// layer makes two trips: before the cache write, and after it.
+fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
+}
+
+impl<E: WeightElem> Model<E> {
     // ANCHOR: forward
     /// Runs `tokens`, which sit at positions `start_pos..start_pos + tokens.len()`,
     /// through every layer, and returns the logits of the **last** token, `[vocab]`.
@@ -160,57 +174,72 @@ impl Model {
             .map(|pos| ops::rope_cos_sin(pos, heads.head_dim, c.rope_theta))
             .collect();
         let eps = c.rms_norm_eps as f32;
-        let linear = |input: &[f32], w: &Array2<f32>| {
+        let linear = |input: &[f32], w: &Array2<E>| {
             let (d_in, d_out) = w.dim();
             let mut out = vec![0.0f32; input.len() / d_in * d_out];
-            ops::matmul(input, s(w), &mut out, d_in, d_out);
+            ops::matmuls(input, d_in, vec![(s(w), &mut out[..])]);
             out
         };
+        let hidden_dim = c.intermediate_size;
 
         let mut xb = vec![0.0f32; n * dim]; // normalised input of a sub-block, [n, dim]
         for (l, layer) in layers.iter().enumerate() {
             let x_s = x.as_slice_mut().expect("x is contiguous");
 
             // ---- attention block ----
-            ops::rmsnorm(x_s, s(&layer.attn_norm), eps, &mut xb);
-            let mut q = linear(&xb, &layer.wq); // [n, n_heads * head_dim]
-            let mut k = linear(&xb, &layer.wk); // [n, n_kv_heads * head_dim]
-            let mut v = linear(&xb, &layer.wv); // [n, n_kv_heads * head_dim]
-            for (bias, t) in [
-                (&layer.bq, &mut q),
-                (&layer.bk, &mut k),
-                (&layer.bv, &mut v),
-            ] {
-                if let Some(b) = bias {
-                    ops::add_bias(t, s(b));
+            let (q, k, v) = in_pool(|| {
+                ops::rmsnorm(x_s, s(&layer.attn_norm), eps, &mut xb);
+                let mut q = vec![0.0f32; n * q_dim]; // [n, n_heads * head_dim]
+                let mut k = vec![0.0f32; n * kv_dim]; // [n, n_kv_heads * head_dim]
+                let mut v = vec![0.0f32; n * kv_dim]; // [n, n_kv_heads * head_dim]
+                                                      // Q, K and V read the same input: one parallel region for the three.
+                let qkv = vec![
+                    (s(&layer.wq), &mut q[..]),
+                    (s(&layer.wk), &mut k[..]),
+                    (s(&layer.wv), &mut v[..]),
+                ];
+                ops::matmuls(&xb, dim, qkv);
+                for (bias, t) in [
+                    (&layer.bq, &mut q),
+                    (&layer.bk, &mut k),
+                    (&layer.bv, &mut v),
+                ] {
+                    if let Some(b) = bias {
+                        ops::add_bias(t, s(b));
+                    }
                 }
-            }
-            for (i, (cos, sin)) in rope.iter().enumerate() {
-                ops::apply_rope(&mut q[i * q_dim..(i + 1) * q_dim], heads.head_dim, cos, sin);
-                ops::apply_rope(
-                    &mut k[i * kv_dim..(i + 1) * kv_dim],
-                    heads.head_dim,
-                    cos,
-                    sin,
-                );
-            }
-            // The only line where the two paths differ.
-            let attn = match kv {
-                KvSource::ThisPass => causal_attention(&q, &k, &v, 0, heads),
+                for (i, (cos, sin)) in rope.iter().enumerate() {
+                    let head_dim = heads.head_dim;
+                    ops::apply_rope(&mut q[i * q_dim..][..q_dim], head_dim, cos, sin);
+                    ops::apply_rope(&mut k[i * kv_dim..][..kv_dim], head_dim, cos, sin);
+                }
+                (q, k, v)
+            });
+            // The only lines where the two paths differ: where K and V come from.
+            let kv_rows = match kv {
+                KvSource::ThisPass => KvView::Contiguous(Contiguous::new(&k, &v, kv_dim)),
                 KvSource::Cache(cache) => {
                     cache.write(l, &k, &v)?;
                     // Contiguous rows, or a block table (PagedAttention): same arithmetic.
-                    cache.read(l, start_pos + n).attend(&q, start_pos, heads)
+                    cache.read(l, start_pos + n)
                 }
             };
-            ops::add_inplace(x_s, &linear(&attn, &layer.wo));
+            in_pool(|| {
+                let attn = kv_rows.attend(&q, start_pos, heads);
+                ops::add_inplace(x_s, &linear(&attn, &layer.wo));
 
-            // ---- MLP block ----
-            ops::rmsnorm(x_s, s(&layer.mlp_norm), eps, &mut xb);
-            let mut gate = linear(&xb, &layer.w_gate); // [n, hidden]
-            let up = linear(&xb, &layer.w_up); // [n, hidden]
-            ops::swiglu(&mut gate, &up);
-            ops::add_inplace(x_s, &linear(&gate, &layer.w_down));
+                // ---- MLP block ----
+                ops::rmsnorm(x_s, s(&layer.mlp_norm), eps, &mut xb);
+                let mut gate = vec![0.0f32; n * hidden_dim]; // [n, hidden]
+                let mut up = vec![0.0f32; n * hidden_dim]; // [n, hidden]
+                let gate_up = vec![
+                    (s(&layer.w_gate), &mut gate[..]),
+                    (s(&layer.w_up), &mut up[..]),
+                ];
+                ops::matmuls(&xb, dim, gate_up);
+                ops::swiglu(&mut gate, &up);
+                ops::add_inplace(x_s, &linear(&gate, &layer.w_down));
+            });
         }
         if let KvSource::Cache(cache) = kv {
             cache.advance(n);
@@ -230,7 +259,8 @@ impl Model {
         );
         let (dim, vocab) = self.lm_head.dim();
         let mut logits = vec![0.0f32; vocab];
-        ops::matmul(&normed, s(&self.lm_head), &mut logits, dim, vocab);
+        debug_assert_eq!(dim, normed.len());
+        in_pool(|| ops::matmuls(&normed, dim, vec![(s(&self.lm_head), &mut logits[..])]));
         logits
     }
 

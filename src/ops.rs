@@ -15,7 +15,9 @@
 //! same sequence of additions, however many rows are computed with it and
 //! however rayon splits the work. In [`matmul`], every output element is the
 //! chain `acc = fma(x[k], w[k][j], acc)` for `k = 0, 1, 2, ...` starting from 0,
-//! whether it sits in a tile of 6 rows (prefill) or of 1 row (decode).
+//! whether it sits in a tile of 8 rows (prefill) or of 1 row (decode), in a
+//! 16-lane AVX-512 register or an 8-lane AVX2 one ([`crate::simd`]: vectors run
+//! across output columns, never across `k`).
 //! (A fused multiply-add rounds once instead of twice: a different result from
 //! `acc + x·w`, but the same one on both paths, which is what matters here.) So the
 //! naive path (hundreds of rows per step) and the cached path (1 row per step)
@@ -26,6 +28,7 @@
 //! computes, never the sum inside one element.
 // ANCHOR_END: row_independence
 
+use crate::simd::{Isa, WeightElem, PANEL};
 use rayon::prelude::*;
 
 // ANCHOR: dot
@@ -62,177 +65,144 @@ pub fn dot(x: &[f32], w: &[f32]) -> f32 {
 /// matrix-vector product, 2 FLOPs per weight streamed from memory,
 /// memory-bound (book: roofline.md). Same arithmetic per element either way.
 pub fn matmul(x: &[f32], w: &[f32], out: &mut [f32], d_in: usize, d_out: usize) {
-    let n = x.len() / d_in;
-    assert_eq!(x.len(), n * d_in, "x is not [n, d_in]");
-    assert_eq!(w.len(), d_in * d_out, "w is not [d_in, d_out]");
-    assert_eq!(out.len(), n * d_out, "out is not [n, d_out]");
-    let cols_per_task = 2048.min(
-        d_out
-            .div_ceil(rayon::current_num_threads())
-            .next_multiple_of(16),
-    );
-    if (2..2 * PREFILL_ROWS).contains(&n) {
-        // A few rows (a speculative verify pass, a short chunk): still memory-bound, so
-        // stream each weight row once for all of them (see `rows_times_weight_rows`).
-        let strips: Vec<(usize, Vec<f32>)> = (0..d_out)
-            .step_by(cols_per_task)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|j0| {
-                (
-                    j0,
-                    rows_times_weight_rows(x, w, j0, cols_per_task.min(d_out - j0), d_out),
-                )
-            })
-            .collect();
-        for (j0, strip) in strips {
-            let width = strip.len() / n;
-            for (dst, src) in out.chunks_exact_mut(d_out).zip(strip.chunks_exact(width)) {
-                dst[j0..j0 + width].copy_from_slice(src);
-            }
-        }
-    } else if n < 2 * PREFILL_ROWS {
-        // Decode: one row at a time, its output columns split across threads.
-        for (x_row, out_row) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(d_out)) {
-            out_row
-                .par_chunks_mut(cols_per_task)
-                .enumerate()
-                .for_each(|(t, out_cols)| {
-                    row_times_weight_rows(x_row, w, out_cols, t * cols_per_task, d_out);
-                });
-        }
-    } else {
-        // Prefill: rows split across threads; each thread walks the weight in
-        // column tiles that stay in cache while all its rows use them.
-        let tasks = 4 * rayon::current_num_threads();
-        let rows_per_task = n.div_ceil(tasks).next_multiple_of(PREFILL_ROWS);
-        x.par_chunks(rows_per_task * d_in)
-            .zip(out.par_chunks_mut(rows_per_task * d_out))
-            .for_each(|(x_rows, out_rows)| {
-                let mut out_cols = vec![0.0f32; x_rows.len() / d_in * PREFILL_COLS];
-                for j0 in (0..d_out).step_by(PREFILL_COLS) {
-                    let width = PREFILL_COLS.min(d_out - j0);
-                    let tile = &mut out_cols[..x_rows.len() / d_in * width];
-                    matmul_rows::<PREFILL_ROWS, PREFILL_COLS>(x_rows, w, tile, j0, d_out);
-                    for (dst, src) in out_rows
-                        .chunks_exact_mut(d_out)
-                        .zip(tile.chunks_exact(width))
-                    {
-                        dst[j0..j0 + width].copy_from_slice(src);
-                    }
-                }
-            });
-    }
+    matmul_on(Isa::detected(), x, w, out, d_in, d_out);
 }
 
-/// `out[c] = Σ_k x[k] · w[k][j0 + c]` for one row, accumulating in `out` itself
-/// while walking `w` row by row: each step reads one contiguous run of a weight
-/// row, the access pattern memory streams fastest (decode is memory-bound).
-/// The operations per element are those of [`tile`]: fused multiply-adds from
-/// 0.0, in order of `k` — so decode and prefill agree bit for bit.
-fn row_times_weight_rows(x_row: &[f32], w: &[f32], out: &mut [f32], j0: usize, d_out: usize) {
-    out.fill(0.0);
-    for (k, &x_k) in x_row.iter().enumerate() {
-        let w_k = &w[k * d_out + j0..][..out.len()];
-        for (o, &wv) in out.iter_mut().zip(w_k) {
-            *o = x_k.mul_add(wv, *o);
-        }
-    }
-}
-
-/// Columns `j0..j0 + width` of `x · w` for a few rows (2-11), `[n, width]`, in register
-/// tiles of all `n` rows x 16 columns ([`tile`]): each weight value is loaded once and
-/// used by every row while the sums stay in registers, so a few rows cost about one
-/// row's memory traffic. Each element is still the chain of fused multiply-adds from 0.0
-/// in order of `k`: bit for bit the one-row result.
-fn rows_times_weight_rows(x: &[f32], w: &[f32], j0: usize, width: usize, d_out: usize) -> Vec<f32> {
-    let d_in = w.len() / d_out;
-    let mut out = vec![0.0f32; x.len() / d_in * width];
-    // Groups of up to 6 rows (12 accumulator registers of 8 lanes): 9 rows = 6 + 3.
-    let group = PREFILL_ROWS;
-    for (x_g, out_g) in x.chunks(group * d_in).zip(out.chunks_mut(group * width)) {
-        match x_g.len() / d_in {
-            1 => matmul_rows::<1, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
-            2 => matmul_rows::<2, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
-            3 => matmul_rows::<3, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
-            4 => matmul_rows::<4, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
-            5 => matmul_rows::<5, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
-            _ => matmul_rows::<PREFILL_ROWS, PREFILL_COLS>(x_g, w, out_g, j0, d_out),
-        }
-    }
-    out
-}
-
-/// Rows per register tile in prefill, and columns (2 AVX2 registers of 8).
-const PREFILL_ROWS: usize = 6;
-const PREFILL_COLS: usize = 16;
-
-/// `out[r][c] = Σ_k x[r][k] · w[k][j0 + c]` for every row `r` of `x` and every
-/// column `c` of `out` (`out` is `[rows, width]`, a window of the full output).
-/// Works in tiles of `R` rows x `C` columns whose sums live in registers;
-/// leftover rows take `1 x C` tiles and leftover columns `1 x 1` tiles. Every
-/// tile size performs the same additions in the same order for a given element.
-fn matmul_rows<const R: usize, const C: usize>(
+/// [`matmul`] with a chosen kernel version and weight format (f32 or bf16).
+pub fn matmul_on<W: WeightElem>(
+    isa: Isa,
     x: &[f32],
-    w: &[f32],
-    out: &mut [f32],
-    j0: usize,
-    d_out: usize,
-) {
-    let d_in = w.len() / d_out;
-    let rows = x.len() / d_in;
-    let width = out.len() / rows;
-    let full_cols = width / C * C;
-    let full_rows = rows / R * R;
-    for r in (0..full_rows).step_by(R) {
-        for c in (0..full_cols).step_by(C) {
-            tile::<R, C>(x, w, out, d_in, d_out, width, r, j0, c);
-        }
-    }
-    for r in full_rows..rows {
-        for c in (0..full_cols).step_by(C) {
-            tile::<1, C>(x, w, out, d_in, d_out, width, r, j0, c);
-        }
-    }
-    for r in 0..rows {
-        for c in full_cols..width {
-            tile::<1, 1>(x, w, out, d_in, d_out, width, r, j0, c);
-        }
-    }
-}
-
-// ANCHOR: tile
-/// One `R x C` register tile: `C` output columns of `R` rows, summed over all of `k`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn tile<const R: usize, const C: usize>(
-    x: &[f32],
-    w: &[f32],
+    w: &[W],
     out: &mut [f32],
     d_in: usize,
     d_out: usize,
-    width: usize,
-    r: usize,
-    j0: usize,
-    c: usize,
 ) {
-    // The R rows of x, each sliced to its length once, so the loop below needs no bounds checks.
-    let x_rows: [&[f32]; R] = std::array::from_fn(|i| &x[(r + i) * d_in..][..d_in]);
-    let mut acc = [[0.0f32; C]; R];
-    for (k, w_row) in w.chunks_exact(d_out).enumerate() {
-        let w_k = &w_row[j0 + c..][..C];
-        for (acc_row, x_row) in acc.iter_mut().zip(x_rows) {
-            let x_rk = x_row[k];
-            for (a, &wv) in acc_row.iter_mut().zip(w_k) {
-                *a = x_rk.mul_add(wv, *a);
-            }
+    assert_eq!(w.len(), d_in * d_out, "w is not [d_in, d_out]");
+    matmuls_on(isa, x, d_in, vec![(w, out)]);
+}
+
+/// Several linear layers of the same input — Q, K and V; gate and up — as one
+/// parallel region: in decode each matrix is small (Q is 576 x 576: 1.3 MB, a
+/// few dozen microseconds of memory streaming), so handing the threads one
+/// list of strips instead of three saves two rounds of thread wake-ups.
+/// Each job is `(w: [d_in, d_out], out: [n, d_out])`.
+pub fn matmuls<W: WeightElem>(x: &[f32], d_in: usize, jobs: Vec<(&[W], &mut [f32])>) {
+    matmuls_on(Isa::detected(), x, d_in, jobs);
+}
+
+/// [`matmuls`] with a chosen kernel version.
+pub fn matmuls_on<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, jobs: Vec<(&[W], &mut [f32])>) {
+    let n = x.len() / d_in;
+    assert_eq!(x.len(), n * d_in, "x is not [n, d_in]");
+    for (w, out) in &jobs {
+        assert!(
+            out.len().is_multiple_of(n.max(1)) && w.len() * n == d_in * out.len(),
+            "w is not [d_in, d_out] or out is not [n, d_out]"
+        );
+    }
+    if n == 0 {
+        return;
+    }
+    if n < PACKED_MIN_ROWS {
+        by_strips(isa, x, d_in, jobs);
+    } else {
+        for (w, out) in jobs {
+            by_panels(isa, x, d_in, w, out);
         }
     }
-    for (i, acc_row) in acc.iter().enumerate() {
-        out[(r + i) * width + c..][..C].copy_from_slice(acc_row);
+}
+
+/// Below this many rows, the weight is read in place, strip by strip (decode:
+/// memory-bound, streaming `w` once is all that counts); from it on, `w` is first
+/// packed into panels for the register-tiled kernel (prefill: compute-bound).
+const PACKED_MIN_ROWS: usize = 8;
+
+/// Sums one strip keeps in L1 (`[n, width]`, 8 KiB): wide enough that each weight
+/// row is read as one long contiguous run, small enough to stay in L1 while the
+/// `k` loop adds into it.
+const STRIP_FLOATS: usize = 2048;
+
+/// Decode: every matrix cut into strips of output columns, all strips of all
+/// matrices shared out among the threads; each strip reads its columns of `w`
+/// row by row ([`Isa::strip`]).
+fn by_strips<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, mut jobs: Vec<(&[W], &mut [f32])>) {
+    let n = x.len() / d_in;
+    let threads = rayon::current_num_threads();
+    let mut strips = Vec::new(); // (job, j0, width)
+    for (job, (_, out)) in jobs.iter().enumerate() {
+        let d_out = out.len() / n;
+        let width = (STRIP_FLOATS / n)
+            .min(d_out.div_ceil(threads))
+            .next_multiple_of(16);
+        for j0 in (0..d_out).step_by(width) {
+            strips.push((job, j0, width.min(d_out - j0)));
+        }
+    }
+    let weights: Vec<(&[W], usize)> = jobs.iter().map(|(w, out)| (*w, out.len() / n)).collect();
+    let sums: Vec<Vec<f32>> = strips
+        .par_iter()
+        .map(|&(job, j0, width)| {
+            let (w, d_out) = weights[job];
+            let mut sums = vec![0.0f32; n * width]; // [n, width]
+            isa.strip(x, d_in, w, d_out, j0, &mut sums);
+            sums
+        })
+        .collect();
+    for (&(job, j0, width), sums) in strips.iter().zip(&sums) {
+        let out = &mut jobs[job].1;
+        let d_out = out.len() / n;
+        for (dst, src) in out.chunks_exact_mut(d_out).zip(sums.chunks_exact(width)) {
+            dst[j0..j0 + width].copy_from_slice(src);
+        }
     }
 }
-// ANCHOR_END: tile
+
+/// Prefill: `w` packed once into panels of [`PANEL`] columns, `[d_in, PANEL]`
+/// each (contiguous, zero-padded at the right edge, bf16 widened to f32), then
+/// the rows split among threads; each thread runs every panel over its rows in
+/// tiles of [`Isa::tile_rows`] rows whose sums live in registers.
+fn by_panels<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, w: &[W], out: &mut [f32]) {
+    let n = x.len() / d_in;
+    let d_out = out.len() / n;
+    let panel_len = d_in * PANEL;
+    let mut panels = vec![0.0f32; d_out.div_ceil(PANEL) * panel_len]; // [panels, d_in, PANEL]
+    panels
+        .par_chunks_mut(panel_len)
+        .enumerate()
+        .for_each(|(p, panel)| {
+            let (j0, width) = (p * PANEL, PANEL.min(d_out - p * PANEL));
+            for (dst, w_k) in panel.chunks_exact_mut(PANEL).zip(w.chunks_exact(d_out)) {
+                for (d, &src) in dst.iter_mut().zip(&w_k[j0..j0 + width]) {
+                    *d = src.to_f32();
+                }
+            }
+        });
+    let tile_rows = isa.tile_rows();
+    let rows_per_task = n
+        .div_ceil(4 * rayon::current_num_threads())
+        .next_multiple_of(tile_rows);
+    x.par_chunks(rows_per_task * d_in)
+        .zip(out.par_chunks_mut(rows_per_task * d_out))
+        .for_each(|(x_rows, out_rows)| {
+            let mut tile = vec![0.0f32; tile_rows * PANEL]; // [tile_rows, PANEL]
+            for (p, panel) in panels.chunks_exact(panel_len).enumerate() {
+                let (j0, width) = (p * PANEL, PANEL.min(d_out - p * PANEL));
+                for (x_tile, out_tile) in x_rows
+                    .chunks(tile_rows * d_in)
+                    .zip(out_rows.chunks_mut(tile_rows * d_out))
+                {
+                    let tile = &mut tile[..x_tile.len() / d_in * PANEL];
+                    isa.tile(x_tile, d_in, panel, tile);
+                    for (dst, src) in out_tile
+                        .chunks_exact_mut(d_out)
+                        .zip(tile.chunks_exact(PANEL))
+                    {
+                        dst[j0..j0 + width].copy_from_slice(&src[..width]);
+                    }
+                }
+            }
+        });
+}
 // ANCHOR_END: matmul
 
 // ANCHOR: rmsnorm

@@ -16,7 +16,7 @@
 //! tests check both claims bitwise: the final hidden states equal `forward_hidden`'s,
 //! and `Σ_j p_ij · v_j` (in order of `j`) equals the engine's attention output.
 
-use crate::attention::{causal_attention, Heads};
+use crate::attention::{self, causal_attention, Heads};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::ops;
@@ -61,10 +61,8 @@ pub fn attention_probs(q: &[f32], keys: &[f32], heads: Heads) -> Vec<Vec<Vec<f32
                     let mut row = vec![0.0f32; t]; // j > i stays exactly 0: the causal mask
                     for (j, score) in row.iter_mut().enumerate().take(i + 1) {
                         let k_head = &keys[j * kv_dim + kv_head * head_dim..][..head_dim];
-                        for (&q_d, &k_d) in q_head.iter().zip(k_head) {
-                            *score = q_d.mul_add(k_d, *score);
-                        }
-                        *score *= scale;
+                        // The engine's own q·k (a fixed-order dot, src/attention.rs).
+                        *score = attention::score(q_head, k_head) * scale;
                     }
                     ops::softmax(&mut row[..=i]);
                     row

@@ -7,7 +7,7 @@
 //! | [`compare`] | `kvlab compare`, `kvlab demo` | naive-vs-cached.md |
 //! | [`bench`] | `kvlab bench` (CPU) | prefill-decode.md, roofline.md |
 //! | `gpu_bench` | `kvlab bench --device cuda` (`--features cuda`) | roofline.md |
-//! | [`roof`] | `kvlab bench` (the roofs and each point's intensity) | roofline.md |
+//! | [`roof`] (+ [`peak`]) | `kvlab bench` (the roofs and each point's intensity) | roofline.md |
 //! | [`attention_map`] | `kvlab attention-map` | attention.md |
 //! | [`trace`] | `kvlab trace` | cache-layouts.md |
 //! | [`capacity`] | `kvlab capacity` | capacity.md |
@@ -26,6 +26,7 @@ pub mod compare;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
 pub mod gqa;
+pub mod peak;
 pub mod roof;
 pub mod shared_prompt;
 pub mod speculative;

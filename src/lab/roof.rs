@@ -8,77 +8,15 @@
 //! roof. A cached decode step uses every weight once (`I ≈ 0.5`): it sits under the
 //! bandwidth roof, whatever the context.
 //!
-//! The compute roof is measured here: every thread runs independent chains of fused
-//! multiply-adds on 8-lane registers (AVX2, what `.cargo/config.toml` compiles for), with
-//! no memory traffic at all. The bandwidth roof is [`super::bench::memory_bandwidth`].
+//! The compute roof is measured in [`super::peak`]: every thread runs independent chains of
+//! fused multiply-adds on registers, as wide as the CPU allows (AVX-512 or AVX2, detected
+//! at run time), with no memory traffic at all. The bandwidth roof is
+//! [`super::bench::memory_bandwidth`].
 
 use super::bench::{decode_bytes, prefill_flops};
 use crate::model::Model;
-use serde::Serialize;
-use std::time::Instant;
 
-/// The measured f32 FMA peak of this machine, on every rayon thread.
-#[derive(Debug, Clone, Serialize)]
-pub struct FmaPeak {
-    /// f32 lanes per vector the loop used.
-    pub lanes: usize,
-    pub threads: usize,
-    /// All threads together, best of the passes.
-    pub gflop_s: f64,
-    pub per_thread_gflop_s: f64,
-}
-
-/// f32 lanes of one AVX2 register.
-const LANES: usize = 8;
-/// Independent accumulator chains per thread: enough to hide the FMA latency
-/// (4 cycles, 2 issued per cycle on recent x86 cores: 8 chains in flight), few enough
-/// to stay in the 16 vector registers with the two constants.
-const CHAINS: usize = 12;
-/// Iterations per pass (each: `CHAINS` vector FMAs): some 50 ms on a 3 GHz core.
-const ITERATIONS: usize = 20_000_000;
-
-// ANCHOR: fma_peak
-/// Measures the f32 FMA peak: the best of 5 passes, all threads at once.
-pub fn fma_peak() -> FmaPeak {
-    fma_peak_with(ITERATIONS)
-}
-
-/// [`fma_peak`] with a chosen pass length (tests use short ones).
-pub fn fma_peak_with(iterations: usize) -> FmaPeak {
-    let threads = rayon::current_num_threads();
-    let mut best = 0.0f64;
-    for _ in 0..5 {
-        let t = Instant::now();
-        let flops: f64 = rayon::broadcast(|_| fma_chains(iterations)).iter().sum();
-        best = best.max(flops / t.elapsed().as_secs_f64());
-    }
-    FmaPeak {
-        lanes: LANES,
-        threads,
-        gflop_s: best / 1e9,
-        per_thread_gflop_s: best / 1e9 / threads as f64,
-    }
-}
-
-/// `CHAINS` x `LANES` accumulators, each `acc = acc * m + a` again and again: one FMA
-/// instruction per chain per iteration, operands in registers. Returns the FLOPs done
-/// (2 per lane per FMA: a multiply and an add).
-fn fma_chains(iterations: usize) -> f64 {
-    // black_box: the compiler must not know the constants and fold the loop away.
-    let m = std::hint::black_box(0.999_999f32);
-    let a = std::hint::black_box(1e-7f32);
-    let mut acc = [[1.0f32; LANES]; CHAINS];
-    for _ in 0..iterations {
-        for chain in acc.iter_mut() {
-            for lane in chain.iter_mut() {
-                *lane = lane.mul_add(m, a);
-            }
-        }
-    }
-    std::hint::black_box(acc);
-    (iterations * CHAINS * LANES * 2) as f64
-}
-// ANCHOR_END: fma_peak
+pub use super::peak::{fma_peak, fma_peak_with, FmaPeak};
 
 // ANCHOR: intensity
 /// Bytes a prefill of `n` tokens must move at the least: every layer weight and the LM
@@ -120,13 +58,6 @@ pub fn decode_intensity(model: &Model, context: usize) -> f64 {
 mod tests {
     use super::*;
     use crate::config::Config;
-
-    #[test]
-    fn fma_loop_counts_its_flops() {
-        assert_eq!(fma_chains(10), (10 * CHAINS * LANES * 2) as f64);
-        let peak = fma_peak_with(1000);
-        assert!(peak.gflop_s > 0.0 && peak.threads >= 1);
-    }
 
     #[test]
     fn prefill_climbs_and_decode_stays_low() {

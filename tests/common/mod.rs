@@ -6,6 +6,7 @@ pub mod gpu;
 
 use kvlab::cache::PreallocatedCache;
 use kvlab::model::KvSource;
+use kvlab::simd::WeightElem;
 use kvlab::{Config, Model};
 
 /// A small Llama-shaped config.
@@ -32,7 +33,11 @@ pub fn tiny_config(
 
 /// Logits after each prefix `prompt + continuation[..i]`, i = 0..=len, on the cached path:
 /// one prefill, then one token per step.
-pub fn cached_step_logits(model: &Model, prompt: &[u32], continuation: &[u32]) -> Vec<Vec<f32>> {
+pub fn cached_step_logits<E: WeightElem>(
+    model: &Model<E>,
+    prompt: &[u32],
+    continuation: &[u32],
+) -> Vec<Vec<f32>> {
     let mut cache =
         PreallocatedCache::new(&model.config, prompt.len() + continuation.len()).unwrap();
     let mut all = vec![model.forward(prompt, KvSource::Cache(&mut cache)).unwrap()];
@@ -43,7 +48,11 @@ pub fn cached_step_logits(model: &Model, prompt: &[u32], continuation: &[u32]) -
 }
 
 /// The same logits on the naive path: the whole prefix, recomputed every time.
-pub fn naive_step_logits(model: &Model, prompt: &[u32], continuation: &[u32]) -> Vec<Vec<f32>> {
+pub fn naive_step_logits<E: WeightElem>(
+    model: &Model<E>,
+    prompt: &[u32],
+    continuation: &[u32],
+) -> Vec<Vec<f32>> {
     let mut seq = prompt.to_vec();
     let mut all = vec![model.forward(&seq, KvSource::ThisPass).unwrap()];
     for &t in continuation {

@@ -1,0 +1,97 @@
+//! The AVX2 + FMA kernels: 8 f32 lanes per register, 16 registers.
+//!
+//! Prefill tile: 6 rows x 16 columns of sums = 12 registers (plus 2 for the
+//! panel and 1 for the broadcast); a 32-column panel is done in two halves.
+
+use super::{WeightElem, PANEL};
+use std::arch::x86_64::*;
+
+/// Rows per prefill tile.
+pub const TILE_ROWS: usize = 6;
+
+/// `tile[r][c] = Σ_k x[r][k] · panel[k][c]`: see [`super::Isa::tile`] (which checks the shapes).
+///
+/// # Safety
+/// The CPU must support `avx2` and `fma`.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn tile(x: &[f32], d_in: usize, panel: &[f32], tile: &mut [f32]) {
+    let rows = x.len() / d_in;
+    for half in [0, PANEL / 2] {
+        if rows == TILE_ROWS {
+            half_tile::<TILE_ROWS>(x, d_in, panel, half, tile);
+        } else {
+            for (x_row, tile_row) in x.chunks_exact(d_in).zip(tile.chunks_exact_mut(PANEL)) {
+                half_tile::<1>(x_row, d_in, panel, half, tile_row);
+            }
+        }
+    }
+}
+
+/// Columns `half..half + 16` of the tile.
+#[target_feature(enable = "avx2,fma")]
+fn half_tile<const R: usize>(x: &[f32], d_in: usize, panel: &[f32], half: usize, tile: &mut [f32]) {
+    let x_rows: [&[f32]; R] = std::array::from_fn(|r| &x[r * d_in..][..d_in]);
+    let panel = &panel[..d_in * PANEL];
+    let mut acc = [[_mm256_setzero_ps(); 2]; R]; // [R][16 columns]
+    for (k, w_k) in panel.chunks_exact(PANEL).enumerate() {
+        let w_k = &w_k[half..half + 16];
+        // SAFETY: `w_k` is 16 f32: two 8-lane loads.
+        let (w_lo, w_hi) = unsafe {
+            (
+                _mm256_loadu_ps(w_k.as_ptr()),
+                _mm256_loadu_ps(w_k.as_ptr().add(8)),
+            )
+        };
+        for (acc_r, x_r) in acc.iter_mut().zip(&x_rows) {
+            let x_rk = _mm256_set1_ps(x_r[k]);
+            acc_r[0] = _mm256_fmadd_ps(x_rk, w_lo, acc_r[0]);
+            acc_r[1] = _mm256_fmadd_ps(x_rk, w_hi, acc_r[1]);
+        }
+    }
+    for (acc_r, out) in acc.iter().zip(tile.chunks_exact_mut(PANEL)) {
+        let out = &mut out[half..half + 16];
+        // SAFETY: `out` is 16 f32: two 8-lane stores.
+        unsafe {
+            _mm256_storeu_ps(out.as_mut_ptr(), acc_r[0]);
+            _mm256_storeu_ps(out.as_mut_ptr().add(8), acc_r[1]);
+        }
+    }
+}
+
+/// `out[r][c] = Σ_k x[r][k] · w[k][j0 + c]`: see [`super::Isa::strip`] (which checks the shapes).
+///
+/// # Safety
+/// The CPU must support `avx2` and `fma`.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn strip<W: WeightElem>(
+    x: &[f32],
+    d_in: usize,
+    w: &[W],
+    d_out: usize,
+    j0: usize,
+    out: &mut [f32],
+) {
+    let n = x.len() / d_in;
+    let width = out.len() / n;
+    let vector_cols = width / 8 * 8;
+    out.fill(0.0);
+    for k in 0..d_in {
+        let w_k = &w[k * d_out + j0..][..width]; // a contiguous run of weight row k
+                                                 // Row by row: for n > 1, the rows after the first find `w_k` in L1.
+        for (x_r, out_r) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(width)) {
+            let x_rk = _mm256_set1_ps(x_r[k]);
+            for c in (0..vector_cols).step_by(8) {
+                // SAFETY: c + 8 <= vector_cols <= width = w_k.len() = out_r.len(),
+                // and the CPU has the feature (this function's contract).
+                unsafe {
+                    let w_kc = W::load8(w_k.as_ptr().add(c));
+                    let acc = _mm256_loadu_ps(out_r.as_ptr().add(c));
+                    _mm256_storeu_ps(out_r.as_mut_ptr().add(c), _mm256_fmadd_ps(x_rk, w_kc, acc));
+                }
+            }
+            for c in vector_cols..width {
+                out_r[c] = x_r[k].mul_add(w_k[c].to_f32(), out_r[c]);
+            }
+        }
+    }
+}

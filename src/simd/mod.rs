@@ -1,0 +1,160 @@
+//! Hand-written SIMD for the two matmul kernels (chapter "Performance to the roof").
+//!
+//! The compiler already turns the plain loops of [`crate::ops`] into 8-wide AVX2
+//! code, but it cannot keep a 8 x 32 block of sums in registers across the whole
+//! `k` loop, nor read a bf16 weight as f32 with one shift. These kernels do, with
+//! three versions of each, picked once at run time by [`Isa::detected`]:
+//!
+//! | version                 | vector    | prefill tile       | where                     |
+//! |-------------------------|-----------|--------------------|---------------------------|
+//! | [`avx512`]              | 16 x f32  | 8 rows x 32 cols   | AMD Zen 4+, Intel Xeon    |
+//! | [`avx2`]                | 8 x f32   | 6 rows x 16 cols   | any x86-64 since 2013     |
+//! | [`portable`]            | (scalar)  | 4 rows x 32 cols   | everywhere (the reference) |
+//!
+//! # Why the three give the same bits
+//!
+//! A vector register holds 16 (or 8) *output columns*, never 16 values of `k`.
+//! Lane `j` performs exactly the scalar chain of [`crate::ops`]'s row-independence
+//! contract — `acc = fma(x[k], w[k][j], acc)` for `k = 0, 1, 2, ...` starting from
+//! `+0.0` — and a fused multiply-add is correctly rounded by IEEE 754, so it gives
+//! the same bits in a 512-bit register, a 256-bit one or `f32::mul_add`. Tile
+//! sizes, vector widths and thread counts only change *which* chains run side by
+//! side, never the arithmetic inside one (`tests/simd.rs` checks every version
+//! this CPU can run against the portable one, bit for bit).
+
+use serde::Serialize;
+use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+mod elem;
+pub mod portable;
+
+pub use elem::WeightElem;
+
+/// Columns in one packed weight panel (prefill): two AVX-512 registers.
+pub const PANEL: usize = 32;
+
+/// An instruction set the kernels have a version for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isa {
+    /// 16-lane f32 vectors (`avx512f`).
+    Avx512,
+    /// 8-lane f32 vectors with fused multiply-add (`avx2` + `fma`).
+    Avx2,
+    /// Plain Rust (`f32::mul_add`): the reference the others must match.
+    Portable,
+}
+
+impl Isa {
+    /// The best version this CPU can run, detected once (`cpuid`) and remembered.
+    pub fn detected() -> Isa {
+        static DETECTED: OnceLock<Isa> = OnceLock::new();
+        *DETECTED.get_or_init(|| Isa::available()[0])
+    }
+
+    /// Every version this CPU can run, best first (the last is always `Portable`).
+    pub fn available() -> Vec<Isa> {
+        let mut isas = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx512f") {
+                isas.push(Isa::Avx512);
+            }
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                isas.push(Isa::Avx2);
+            }
+        }
+        isas.push(Isa::Portable);
+        isas
+    }
+
+    /// f32 lanes per vector register.
+    pub fn lanes(self) -> usize {
+        match self {
+            Isa::Avx512 => 16,
+            Isa::Avx2 => 8,
+            Isa::Portable => 1,
+        }
+    }
+
+    /// Rows of `x` one prefill tile covers (its sums fill the register file).
+    pub fn tile_rows(self) -> usize {
+        match self {
+            Isa::Avx512 => avx512_tile_rows(),
+            Isa::Avx2 => avx2_tile_rows(),
+            Isa::Portable => portable::TILE_ROWS,
+        }
+    }
+
+    /// Prefill tile: `tile[r][c] = Σ_k x[r][k] · panel[k][c]`.
+    /// `x`: `[rows, d_in]` with `rows <= tile_rows()`, `panel`: `[d_in, PANEL]`,
+    /// `tile`: `[rows, PANEL]`.
+    pub fn tile(self, x: &[f32], d_in: usize, panel: &[f32], tile: &mut [f32]) {
+        assert!(x.len().is_multiple_of(d_in) && x.len() / d_in <= self.tile_rows());
+        assert_eq!(panel.len(), d_in * PANEL, "panel is not [d_in, PANEL]");
+        assert_eq!(
+            tile.len(),
+            x.len() / d_in * PANEL,
+            "tile is not [rows, PANEL]"
+        );
+        match self {
+            // SAFETY: `Isa::Avx512` is only handed out by `available()` after
+            // `is_x86_feature_detected!("avx512f")` said yes on this CPU.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { avx512::tile(x, d_in, panel, tile) },
+            // SAFETY: as above, for `avx2` and `fma`.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { avx2::tile(x, d_in, panel, tile) },
+            _ => portable::tile(x, d_in, panel, tile),
+        }
+    }
+
+    /// Decode strip: `out[r][c] = Σ_k x[r][k] · w[k][j0 + c]`, reading `w`
+    /// (`[d_in, d_out]`, f32 or bf16) row by row in place — the memory-bound case,
+    /// where streaming the weight once is all that matters.
+    /// `x`: `[n, d_in]`, `out`: `[n, width]` with `j0 + width <= d_out`.
+    pub fn strip<W: WeightElem>(
+        self,
+        x: &[f32],
+        d_in: usize,
+        w: &[W],
+        d_out: usize,
+        j0: usize,
+        out: &mut [f32],
+    ) {
+        let n = x.len() / d_in;
+        assert!(n > 0 && x.len() == n * d_in, "x is not [n, d_in]");
+        assert_eq!(w.len(), d_in * d_out, "w is not [d_in, d_out]");
+        assert!(out.len().is_multiple_of(n) && j0 + out.len() / n <= d_out);
+        match self {
+            // SAFETY: see `tile`: the variant proves the CPU has the features.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { avx512::strip(x, d_in, w, d_out, j0, out) },
+            // SAFETY: see `tile`.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { avx2::strip(x, d_in, w, d_out, j0, out) },
+            _ => portable::strip(x, d_in, w, d_out, j0, out),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx512_tile_rows() -> usize {
+    avx512::TILE_ROWS
+}
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512_tile_rows() -> usize {
+    portable::TILE_ROWS
+}
+#[cfg(target_arch = "x86_64")]
+fn avx2_tile_rows() -> usize {
+    avx2::TILE_ROWS
+}
+#[cfg(not(target_arch = "x86_64"))]
+fn avx2_tile_rows() -> usize {
+    portable::TILE_ROWS
+}
