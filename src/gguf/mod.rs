@@ -24,6 +24,7 @@ pub mod dequant;
 pub mod layout;
 pub mod reader;
 pub mod tokenizer;
+pub mod types;
 
 pub use reader::{GgmlType, GgufFile, TensorInfo, Value};
 
