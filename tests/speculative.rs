@@ -691,7 +691,7 @@ fn real_model_table() {
                     built = spec.parse::<DrafterSpec>().unwrap().build(&model).unwrap();
                     built.as_mut()
                 };
-                let e = run_experiment(&model, drafter, &prompt, &opts, CacheKind::Preallocated)
+                let e = run_experiment(&model, drafter, &prompt, &opts, Default::default())
                     .unwrap();
                 let s = &e.speculative;
                 println!(

@@ -11,6 +11,8 @@
 //! | [`capacity`] | `kvlab capacity` | capacity.md |
 //! | [`shared_prompt`] | `kvlab prefix` | prefix-caching.md |
 //! | [`speculative`] | `kvlab compare --speculative` | speculative.md |
+//! | [`verify_cost`] | `kvlab bench-verify` | speculative.md |
+//! | [`spec_sweep`] | `kvlab spec-sweep` | speculative.md |
 //! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
@@ -22,7 +24,9 @@ pub mod compare;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
 pub mod shared_prompt;
+pub mod spec_sweep;
 pub mod speculative;
 pub mod svg;
 pub mod timing;
 pub mod trace;
+pub mod verify_cost;

@@ -21,6 +21,7 @@ use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
 use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
 use cmd::model::{ImportArgs, KvSizeArgs};
+use cmd::speculative::{BenchVerifyArgs, SpecSweepArgs};
 
 #[derive(Parser)]
 #[command(
@@ -59,6 +60,10 @@ enum Command {
     Chat(ChatArgs),
     /// Decode speed of every cache layout at a context, and prefix-hit vs cold TTFT.
     BenchCache(BenchCacheArgs),
+    /// Speculative decoding's premise: one verify pass over k drafts, in decode steps (k = 1..16).
+    BenchVerify(BenchVerifyArgs),
+    /// Speculative decoding over drafters x draft lengths on one prompt: acceptance, speedups.
+    SpecSweep(SpecSweepArgs),
 }
 
 fn main() {
@@ -74,6 +79,8 @@ fn main() {
         Command::Prefix(args) => cmd::cache::prefix(args),
         Command::Chat(args) => cmd::chat::chat(args),
         Command::BenchCache(args) => cmd::bench::bench_cache(args),
+        Command::BenchVerify(args) => cmd::speculative::bench_verify(args),
+        Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

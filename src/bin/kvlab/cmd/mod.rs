@@ -6,3 +6,4 @@ pub mod cache;
 pub mod chat;
 pub mod generate;
 pub mod model;
+pub mod speculative;
