@@ -691,8 +691,8 @@ fn real_model_table() {
                     built = spec.parse::<DrafterSpec>().unwrap().build(&model).unwrap();
                     built.as_mut()
                 };
-                let e = run_experiment(&model, drafter, &prompt, &opts, Default::default())
-                    .unwrap();
+                let e =
+                    run_experiment(&model, drafter, &prompt, &opts, Default::default()).unwrap();
                 let s = &e.speculative;
                 println!(
                     "| {kind} ({} tok) | {} | {k} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {} |",

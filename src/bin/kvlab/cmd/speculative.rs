@@ -41,7 +41,11 @@ pub struct SpecSweepArgs {
     #[command(flatten)]
     pub prompt: PromptArgs,
     /// Drafters, comma-separated: ngram, ngram:N, early-exit:L, bf16.
-    #[arg(long, value_delimiter = ',', default_value = "ngram,early-exit:20,bf16")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ngram,early-exit:20,bf16"
+    )]
     pub drafters: Vec<String>,
     /// Draft lengths k, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
@@ -174,8 +178,7 @@ pub fn compare(args: CompareArgs) -> Result<()> {
     let greedy = opts.sampler.temperature == 0.0;
     if greedy && !e.tokens_identical {
         return Err(Error::Mismatch(
-            "greedy speculative decoding generated other tokens than plain cached decoding"
-                .into(),
+            "greedy speculative decoding generated other tokens than plain cached decoding".into(),
         ));
     }
     Ok(())
