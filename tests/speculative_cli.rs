@@ -271,7 +271,7 @@ fn real_model_speculative_chat_equals_plain_chat() {
         "--model",
         MODEL_DIR,
         "--prompt",
-        "Repeat this list exactly: red apple, green pear, red apple, yellow lemon, red apple, green pear.",
+        "Repeat the following text word for word: The KV cache stores the keys and values of every token in every layer, so that each new token only computes its own.",
         "--chat",
         "--max-new-tokens",
         "40",
@@ -293,5 +293,8 @@ fn real_model_speculative_chat_equals_plain_chat() {
         assert_eq!(ids(&spec), ids(&plain), "{extra:?}");
         assert_eq!(spec["text"], plain["text"]);
         assert_eq!(spec["stop_reason"], plain["stop_reason"]);
+        // The model copies the passage: whole runs of drafts are accepted (measured:
+        // 20 of 24 at k = 4), so the equality covers multi-token rounds.
+        assert!(spec["draft_accepted"].as_u64().unwrap() >= 10, "{spec}");
     }
 }
