@@ -104,7 +104,7 @@ pub fn spec_comparison(e: &SpecExperiment) {
         e.speculative.total_ms
     );
     println!(
-        "draft cost c = {:.3} decode steps per drafted token | verify pass = {:.2} decode steps",
+        "draft cost c = {:.3}x a decode step per drafted token | verify pass = {:.2}x a decode step",
         e.draft_cost_ratio, e.verify_cost_ratio
     );
     println!(
@@ -163,7 +163,7 @@ pub fn spec_sweep(r: &SweepReport) {
     );
     for c in &r.cells {
         println!(
-            "{:>14} {:>3} | {:>6.2} {:>8.2} | {:>7.3} {:>7.2} | {:>7.2}x {:>7.2}x | {:>8.2}x {:>8.2}x | {:>9}",
+            "{:>14} {:>3} | {:>6.2} {:>8.2} | {:>6.3}x {:>6.2}x | {:>7.2}x {:>7.2}x | {:>8.2}x {:>8.2}x | {:>9}",
             c.drafter,
             c.k,
             c.acceptance_rate,
