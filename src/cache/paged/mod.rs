@@ -443,7 +443,7 @@ impl PagedCache {
         seq.pending.clear();
         seq.hashes.truncate(len / bs);
         let dropped: Vec<BlockId> = seq.blocks.drain(len.div_ceil(bs)..).collect();
-        let partial_tail = (len % bs != 0).then(|| seq.blocks[len / bs]);
+        let partial_tail = (!len.is_multiple_of(bs)).then(|| seq.blocks[len / bs]);
         for b in dropped.into_iter().rev() {
             self.release_block(b);
         }
