@@ -13,6 +13,8 @@
 //! | [`capacity`] | `kvlab capacity` | capacity.md |
 //! | [`shared_prompt`] | `kvlab prefix` | prefix-caching.md |
 //! | [`speculative`] | `kvlab compare --speculative` | speculative.md |
+//! | [`verify_cost`] | `kvlab bench-verify` | speculative.md |
+//! | [`spec_sweep`] | `kvlab spec-sweep` | speculative.md |
 //! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
 //! | [`gqa`] | `kvlab gqa` | gqa.md |
 //!
@@ -29,6 +31,8 @@ pub mod gqa;
 pub mod peak;
 pub mod roof;
 pub mod shared_prompt;
+pub mod spec_sweep;
 pub mod speculative;
 pub mod timing;
 pub mod trace;
+pub mod verify_cost;

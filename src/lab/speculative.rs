@@ -15,7 +15,7 @@
 //! measured too (`verify_cost_ratio`), and a second prediction uses the measured cost.
 
 use crate::backend::{cpu_decoder, CacheLayout};
-use crate::cache::{CacheKind, DEFAULT_BLOCK_SIZE};
+use crate::cache::CacheKind;
 use crate::error::Result;
 use crate::generate::{check_request, generate_with, GenerateOptions, PathKind};
 use crate::model::Model;
@@ -66,13 +66,13 @@ pub fn predicted_speedup(alpha: f64, k: usize, c: f64, verify_cost: f64) -> f64 
 // ANCHOR_END: predicted
 
 /// Runs plain cached decoding, then speculative decoding with `drafter`, on the same
-/// prompt and options, each on a fresh cache of layout `cache`.
+/// prompt and options, each on a fresh cache of layout `layout`.
 pub fn run_experiment(
     model: &Model,
     drafter: &mut dyn Drafter,
     prompt: &[u32],
     opts: &SpecOptions,
-    cache: CacheKind,
+    layout: CacheLayout,
 ) -> Result<SpecExperiment> {
     opts.validate(model)?;
     check_request(model, prompt, opts.max_new_tokens)?;
@@ -82,16 +82,12 @@ pub fn run_experiment(
         sampler: opts.sampler,
         eos_ids: opts.eos_ids.clone(),
     };
-    let (n, max_new, bs) = (prompt.len(), opts.max_new_tokens, DEFAULT_BLOCK_SIZE);
-    let layout = CacheLayout {
-        kind: cache,
-        block_size: bs,
-    };
+    let (n, max_new, bs) = (prompt.len(), opts.max_new_tokens, layout.block_size);
     let mut decoder = cpu_decoder(model, PathKind::Cached, layout, n, max_new)?;
     let plain = generate_with(decoder.as_mut(), prompt, &plain_opts, |_| {})?;
     drop(decoder);
 
-    let mut store = crate::cache::new_store(&model.config, cache, n + max_new, bs)?;
+    let mut store = crate::cache::new_store(&model.config, layout.kind, n + max_new, bs)?;
     let spec = generate_speculative(model, store.as_mut(), drafter, prompt, opts, |_, _| {})?;
 
     let per = |ms: f64, count: usize| if count > 0 { ms / count as f64 } else { 0.0 };
@@ -100,7 +96,7 @@ pub fn run_experiment(
     let verify_cost_ratio = per(spec.decode_verify_ms, spec.decode_rounds) / step_ms;
     let (alpha, k) = (spec.acceptance_rate, opts.draft_len);
     Ok(SpecExperiment {
-        cache,
+        cache: layout.kind,
         prompt_tokens: n,
         new_tokens: plain.generated_ids.len(),
         plain_total_ms: plain.total_ms,

@@ -56,6 +56,8 @@ pub struct SpecGeneration {
     /// Tokens the first round emitted (1 up to `k + 1`).
     pub first_round_tokens: usize,
     pub total_ms: f64,
+    /// Mean time per token after the first round (plain decoding's TPOT is per step).
+    pub tpot_ms: f64,
     /// Tokens after the first round per second of the rounds after it.
     pub decode_tok_s: f64,
     /// The rounds after the first (the first one is the prefill too): how many, the
@@ -233,6 +235,11 @@ impl Round {
             ttft_ms: self.ttft_ms,
             first_round_tokens: self.first_round_tokens,
             total_ms,
+            tpot_ms: if decode_tokens > 0 {
+                decode_ms / decode_tokens as f64
+            } else {
+                0.0
+            },
             decode_tok_s: if decode_tokens > 0 && decode_ms > 0.0 {
                 decode_tokens as f64 / (decode_ms / 1e3)
             } else {

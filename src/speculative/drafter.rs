@@ -107,9 +107,18 @@ impl fmt::Display for DrafterSpec {
 }
 
 impl DrafterSpec {
+    /// What [`DrafterSpec::build`] checks, without building (a bf16 copy takes a while).
+    pub fn check(&self, target: &Model) -> Result<()> {
+        match *self {
+            DrafterSpec::EarlyExit { layers } => super::early_exit::check_exit(target, layers),
+            DrafterSpec::Ngram { .. } | DrafterSpec::Bf16 => Ok(()),
+        }
+    }
+
     /// Builds the drafter for `target`. Checks what needs the model: an early exit must
     /// keep fewer layers than the model has (with all of them it *is* the target).
     pub fn build<'a>(&self, target: &'a Model) -> Result<Box<dyn Drafter + 'a>> {
+        self.check(target)?;
         Ok(match *self {
             DrafterSpec::Ngram { n } => Box::new(NgramDrafter::new(n)?),
             DrafterSpec::EarlyExit { layers } => Box::new(LmDrafter::early_exit(target, layers)?),

@@ -46,13 +46,7 @@ pub struct LmDrafter<'a> {
 impl<'a> LmDrafter<'a> {
     /// The target's first `layers` layers + final norm + LM head.
     pub fn early_exit(target: &'a Model, layers: usize) -> Result<LmDrafter<'a>> {
-        let n = target.layers.len();
-        if layers == 0 || layers >= n {
-            return Err(Error::InvalidArgument(format!(
-                "early-exit:{layers}: the draft must keep between 1 and {} of the model's {n} layers",
-                n.saturating_sub(1)
-            )));
-        }
+        check_exit(target, layers)?;
         LmDrafter::new(
             DraftModel::Borrowed(target),
             layers,
@@ -119,6 +113,19 @@ impl<'a> LmDrafter<'a> {
         let hidden = hidden.as_slice().expect("arrays in kvlab are contiguous");
         Ok(model.logits(&hidden[hidden.len() - dim..]))
     }
+}
+
+/// An early exit must keep at least one layer and fewer than all of them (with all of
+/// them the draft *is* the target).
+pub fn check_exit(target: &Model, layers: usize) -> Result<()> {
+    let n = target.layers.len();
+    if layers == 0 || layers >= n {
+        return Err(Error::InvalidArgument(format!(
+            "early-exit:{layers}: the draft must keep between 1 and {} of the model's {n} layers",
+            n.saturating_sub(1)
+        )));
+    }
+    Ok(())
 }
 
 impl Drafter for LmDrafter<'_> {

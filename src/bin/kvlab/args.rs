@@ -190,6 +190,18 @@ impl CacheArgs {
     }
 }
 
+/// Speculative decoding (`generate`, `compare`): a drafter proposes `k` tokens, the
+/// model checks them in one pass. Book: speculative.md.
+#[derive(Args, Clone)]
+pub struct SpecArgs {
+    /// Decode speculatively with this drafter: ngram, ngram:N, early-exit:L or bf16.
+    #[arg(long, value_name = "DRAFTER")]
+    pub speculative: Option<String>,
+    /// Tokens the drafter proposes per round, k (with --speculative).
+    #[arg(long, default_value_t = 4, requires = "speculative")]
+    pub draft_len: usize,
+}
+
 /// `--json`: one JSON object with the figures instead of text.
 #[derive(Args, Clone, Copy)]
 pub struct JsonArgs {

@@ -24,6 +24,7 @@ use cmd::chat::ChatArgs;
 use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
 use cmd::gqa::GqaArgs;
 use cmd::model::{ImportArgs, KvSizeArgs};
+use cmd::speculative::{BenchVerifyArgs, SpecSweepArgs};
 
 #[derive(Parser)]
 #[command(
@@ -69,6 +70,10 @@ enum Command {
     Plot(plot::PlotArgs),
     /// MHA vs GQA vs MQA at a long context: KV bytes, decode time, attention's share.
     Gqa(GqaArgs),
+    /// Speculative decoding's premise: one verify pass over k drafts, in decode steps (k = 1..16).
+    BenchVerify(BenchVerifyArgs),
+    /// Speculative decoding over drafters x draft lengths on one prompt: acceptance, speedups.
+    SpecSweep(SpecSweepArgs),
 }
 
 fn main() {
@@ -87,6 +92,8 @@ fn main() {
         Command::AttentionMap(args) => cmd::attention::attention_map(args),
         Command::Plot(args) => plot::plot(args),
         Command::Gqa(args) => cmd::gqa::gqa(args),
+        Command::BenchVerify(args) => cmd::speculative::bench_verify(args),
+        Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -419,7 +419,17 @@ impl PagedCache {
     }
     // ANCHOR_END: paged_advance
 
-    /// Forgets positions `len..` of `id`, giving back the blocks past the new end.
+    // ANCHOR: paged_truncate
+    /// Forgets positions `len..` of `id` (speculative decoding's rollback), giving back
+    /// the blocks past the new end.
+    ///
+    /// When `len` falls inside a block, that block is partial again. If it was named
+    /// (it filled up, rejected drafts included) and nobody else holds it, its name goes:
+    /// partial blocks are never named, and the next write goes into it in place, as in
+    /// plain decoding. Keeping the name would force a copy-on-write of a block this
+    /// sequence alone holds, one block more than `ceil(len / block_size)`, which a pool
+    /// sized for the request does not have. A block another sequence holds keeps its
+    /// name and its rows: the next write copies it.
     fn truncate_seq(&mut self, id: SeqId, len: usize) {
         let bs = self.pool.block_size();
         let Some(seq) = self.seqs.get_mut(&id) else {
@@ -433,10 +443,17 @@ impl PagedCache {
         seq.pending.clear();
         seq.hashes.truncate(len / bs);
         let dropped: Vec<BlockId> = seq.blocks.drain(len.div_ceil(bs)..).collect();
+        let partial_tail = (!len.is_multiple_of(bs)).then(|| seq.blocks[len / bs]);
         for b in dropped.into_iter().rev() {
             self.release_block(b);
         }
+        if let (Some(b), Some(prefix)) = (partial_tail, self.prefix.as_mut()) {
+            if self.pool.ref_count(b) == 1 {
+                prefix.forget(b);
+            }
+        }
     }
+    // ANCHOR_END: paged_truncate
 }
 
 /// How many whole blocks `budget_bytes` holds; at least one, or an error that says so.

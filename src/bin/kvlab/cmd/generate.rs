@@ -1,6 +1,8 @@
 //! `kvlab generate`, `kvlab compare` and `kvlab demo`: one request, on one path or both.
 
-use crate::args::{CacheArgs, DeviceArgs, JsonArgs, ModelArgs, PathArg, PromptArgs, SamplingArgs};
+use crate::args::{
+    CacheArgs, DeviceArgs, JsonArgs, ModelArgs, PathArg, PromptArgs, SamplingArgs, SpecArgs,
+};
 use crate::print;
 use clap::Args;
 use kvlab::backend::{Backend, CacheLayout};
@@ -30,6 +32,8 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub device: DeviceArgs,
     #[command(flatten)]
+    pub spec: SpecArgs,
+    #[command(flatten)]
     pub out: JsonArgs,
 }
 
@@ -45,6 +49,8 @@ pub struct CompareArgs {
     pub sampling: SamplingArgs,
     #[command(flatten)]
     pub device: DeviceArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     #[command(flatten)]
     pub out: JsonArgs,
 }
@@ -63,7 +69,7 @@ pub struct DemoArgs {
     pub out: JsonArgs,
 }
 
-fn options(
+pub(crate) fn options(
     max_new_tokens: usize,
     sampling: &SamplingArgs,
     model: &Model,
@@ -79,7 +85,7 @@ fn options(
 
 /// The text of `ids` without the end-of-turn tokens (`<|im_end|>`): what a reader wants
 /// to see. The JSON keeps every id in `generated_ids`.
-fn visible_text(tokenizer: &Tokenizer, ids: &[u32], eos_ids: &[u32]) -> Result<String> {
+pub(crate) fn visible_text(tokenizer: &Tokenizer, ids: &[u32], eos_ids: &[u32]) -> Result<String> {
     let visible: Vec<u32> = ids
         .iter()
         .copied()
@@ -89,6 +95,9 @@ fn visible_text(tokenizer: &Tokenizer, ids: &[u32], eos_ids: &[u32]) -> Result<S
 }
 
 pub fn generate(args: GenerateArgs) -> Result<()> {
+    if args.spec.speculative.is_some() {
+        return super::speculative::generate(args);
+    }
     let loaded = args.model.load(args.sampling.seed, true)?;
     let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
     let prompt_ids = args.prompt.token_ids(tokenizer, model.config.vocab_size)?;
@@ -137,6 +146,9 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
 }
 
 pub fn compare(args: CompareArgs) -> Result<()> {
+    if args.spec.speculative.is_some() {
+        return super::speculative::compare(args);
+    }
     let loaded = args.model.load(args.sampling.seed, true)?;
     let model = &loaded.model;
     let prompt_ids = args

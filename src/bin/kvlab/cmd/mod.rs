@@ -8,3 +8,4 @@ pub mod chat;
 pub mod generate;
 pub mod gqa;
 pub mod model;
+pub mod speculative;
