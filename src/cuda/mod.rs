@@ -27,6 +27,7 @@ pub mod gpu;
 pub mod kv_cache;
 pub mod nvrtc;
 pub mod ops;
+pub mod ops_attention;
 pub mod weights;
 
 pub use decoder::{GpuCached, GpuNaive};
