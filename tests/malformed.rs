@@ -584,17 +584,17 @@ fn cases() -> Vec<Case> {
         Case {
             name: "negative temperature",
             setup: |m| with(generate_args(m), &["--temperature=-1"]),
-            expect: "temperature must be a finite number >= 0",
+            expect: "give a finite number >= 0",
         },
         Case {
             name: "NaN temperature",
             setup: |m| with(generate_args(m), &["--temperature", "NaN"]),
-            expect: "temperature must be a finite number >= 0",
+            expect: "give a finite number >= 0",
         },
         Case {
             name: "infinite temperature",
             setup: |m| with(generate_args(m), &["--temperature", "inf"]),
-            expect: "temperature must be a finite number >= 0",
+            expect: "give a finite number >= 0",
         },
         Case {
             name: "max_new_tokens = usize::MAX",
