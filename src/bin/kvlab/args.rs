@@ -113,7 +113,8 @@ impl PromptArgs {
             match (&prompt, self.prompt_len, tokenizer) {
                 (_, Some(n), _) => {
                     let context = config.max_position_embeddings;
-                    in_range("--prompt-len", n, 1, context, "the model's context")?;
+                    let why = format!("the model's context is {context} positions");
+                    in_range("--prompt-len", n, 1, context, &why)?;
                     synthetic_prompt(n, config.vocab_size, 0)
                 }
                 (Some(prompt), None, Some(tokenizer)) => {
