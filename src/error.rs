@@ -56,7 +56,7 @@ pub enum Error {
         max_seq_len: usize,
     },
 
-    #[error("prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) = {} exceeds the model's context of {max_seq_len} tokens: lower --max-new-tokens to at most {}", prompt_len.saturating_add(*max_new_tokens), max_seq_len.saturating_sub(*prompt_len))]
+    #[error("prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) = {} exceeds the model's context of {max_seq_len} tokens: {}", prompt_len.saturating_add(*max_new_tokens), context_advice(*prompt_len, *max_seq_len))]
     ContextOverflow {
         prompt_len: usize,
         max_new_tokens: usize,
@@ -70,7 +70,7 @@ pub enum Error {
         requested: usize,
     },
 
-    #[error("paged KV cache out of blocks: the memory budget of {budget_bytes} bytes holds {n_blocks} blocks of {block_size} positions, {free} of them free or reusable, and this step needs {needed}. Finish or free other sequences, raise --budget, admit fewer requests, or use fewer --max-new-tokens")]
+    #[error("paged KV cache out of blocks: the memory budget of {budget_bytes} bytes holds {n_blocks} blocks of {block_size} positions, {free} of them free or reusable, and this step needs {needed}. The pool is sized for fewer positions than its sequences need: free other sequences, or size the pool for more")]
     BlockBudgetExhausted {
         budget_bytes: usize,
         n_blocks: usize,
@@ -107,11 +107,20 @@ pub enum Error {
     /// A fallible allocation the allocator refused (or a size that overflowed): every
     /// buffer sized by input is allocated this way, so a request too large for this machine
     /// is an error, not an abort.
-    #[error("cannot allocate {bytes} bytes for {what}: the input asks for more memory than this machine can give; lower --max-new-tokens, the prompt length, --max-context or --budget, or use a smaller model")]
+    #[error("cannot allocate {bytes} bytes for {what}: the input asks for more memory than this machine can give: ask for fewer positions (a shorter prompt or context, fewer new tokens, a smaller budget) or use a smaller model")]
     OutOfMemory { what: String, bytes: u128 },
 
     #[error("{0}")]
     NonFinite(String),
+}
+
+/// What to do when a prompt and its new tokens overflow the context: fewer new tokens if
+/// the prompt leaves room for any, else a shorter prompt (never "at most 0").
+fn context_advice(prompt_len: usize, max_seq_len: usize) -> String {
+    match max_seq_len.saturating_sub(prompt_len) {
+        0 => "the prompt alone fills the context: shorten the prompt".into(),
+        room => format!("lower --max-new-tokens to at most {room}"),
+    }
 }
 
 impl Error {

@@ -6,6 +6,7 @@
 //! 1 GiB at 2048 tokens, 16 GiB at 32768 — more than the 14 GB of weights.
 //! GQA divides it by `n_heads / n_kv_heads` (SmolLM2: 3x).
 
+use crate::error::{Error, Result};
 use serde::Serialize;
 
 /// The numeric type of the cached values.
@@ -75,16 +76,38 @@ pub struct KvSizeReport {
 }
 
 impl KvShape {
-    /// The cache of `batch` sequences of `seq_len` tokens each, in this shape.
-    pub fn report(&self, seq_len: usize, batch: usize) -> KvSizeReport {
-        let bytes = self.bytes(seq_len, batch);
-        KvSizeReport {
+    /// The cache of `batch` sequences of `seq_len` tokens each, in this shape. The sizes
+    /// come from a user, so the product is checked: 2^62 tokens is an error, not "0 bytes".
+    pub fn report(&self, seq_len: usize, batch: usize) -> Result<KvSizeReport> {
+        let overflow = || {
+            Error::InvalidArgument(format!(
+                "2 x {} layers x {} kv heads x {} head_dim x {} bytes x {seq_len} tokens x {batch} sequences overflows a 64-bit byte count: ask for fewer tokens or sequences",
+                self.layers,
+                self.kv_heads,
+                self.head_dim,
+                self.dtype.bytes()
+            ))
+        };
+        let bytes_per_token = [
+            self.layers,
+            self.kv_heads,
+            self.head_dim,
+            self.dtype.bytes(),
+        ]
+        .into_iter()
+        .try_fold(2usize, usize::checked_mul)
+        .ok_or_else(overflow)?;
+        let bytes = bytes_per_token
+            .checked_mul(seq_len)
+            .and_then(|b| b.checked_mul(batch))
+            .ok_or_else(overflow)?;
+        Ok(KvSizeReport {
             shape: *self,
             seq_len,
             batch,
-            bytes_per_token: self.bytes_per_token(),
+            bytes_per_token,
             bytes,
             gib: bytes as f64 / (1u64 << 30) as f64,
-        }
+        })
     }
 }

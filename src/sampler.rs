@@ -34,13 +34,13 @@ impl SamplerConfig {
     pub fn validate(&self) -> Result<()> {
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
             return Err(Error::InvalidArgument(format!(
-                "temperature must be a finite number >= 0 (0 = greedy), got {}",
+                "--temperature {}: give a finite number >= 0 (0 = greedy)",
                 self.temperature
             )));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(Error::InvalidArgument(format!(
-                "top-p must be in (0, 1], got {}",
+                "--top-p {}: give a number in (0, 1] (1 = off)",
                 self.top_p
             )));
         }

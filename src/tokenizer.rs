@@ -124,6 +124,11 @@ impl Tokenizer {
             .map_err(|e| Error::Tokenizer(e.to_string()))
     }
 
+    /// Whether the model ships a chat template (instruct models do, base models do not).
+    pub fn has_chat_template(&self) -> bool {
+        self.chat_template.is_some()
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
@@ -135,7 +140,7 @@ impl Tokenizer {
     pub fn apply_chat_template(&self, messages: &[Message]) -> Result<String> {
         let template = self.chat_template.as_deref().ok_or_else(|| {
             Error::ChatTemplate(
-                "this model's tokenizer_config.json has no chat_template: drop --chat".into(),
+                "this model's tokenizer_config.json has no chat_template (a base model, not a chat one): use an instruct model's folder".into(),
             )
         })?;
         let mut env = minijinja::Environment::new();

@@ -116,7 +116,7 @@ fn bad_input_exits_with_a_message() {
     );
     fails_with(
         &["generate", "--random-weights", "--prompt-len", "0"],
-        "prompt is empty",
+        "--prompt-len 0 is out of range",
     );
     fails_with(
         &["generate", "--random-weights", "--prompt-len", "9000"],

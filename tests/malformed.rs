@@ -10,67 +10,13 @@
 
 #[path = "malformed/fixtures.rs"]
 mod fixtures;
+#[path = "malformed/runner.rs"]
+mod runner;
 
 use fixtures::*;
+use runner::kvlab;
 use serde_json::json;
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// Address space the subprocess may map (the tiny model needs ~100 MB).
-const MEMORY_LIMIT_BYTES: u64 = 4 << 30;
-const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What one run of kvlab did.
-struct Run {
-    code: Option<i32>,
-    signal: Option<i32>,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
-    timed_out: bool,
-}
-
-/// Runs kvlab with `args` under the memory limit and the timeout.
-fn kvlab(args: &[String], scratch: &Path) -> Run {
-    let out_path = scratch.join("stdout.txt");
-    let err_path = scratch.join("stderr.txt");
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -v {} && exec \"$0\" \"$@\"",
-            MEMORY_LIMIT_BYTES / 1024
-        ))
-        .arg(env!("CARGO_BIN_EXE_kvlab"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .expect("sh runs");
-    let start = Instant::now();
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > TIMEOUT {
-            timed_out = true;
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Run {
-        code: status.code(),
-        signal: status.signal(),
-        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
-        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
-        elapsed: start.elapsed(),
-        timed_out,
-    }
-}
 
 /// A malformed input: `setup` breaks the valid tiny model in `m` (or writes files
 /// next to it) and returns kvlab's arguments; stderr must contain `expect`.
@@ -584,17 +530,17 @@ fn cases() -> Vec<Case> {
         Case {
             name: "negative temperature",
             setup: |m| with(generate_args(m), &["--temperature=-1"]),
-            expect: "temperature must be a finite number >= 0",
+            expect: "give a finite number >= 0",
         },
         Case {
             name: "NaN temperature",
             setup: |m| with(generate_args(m), &["--temperature", "NaN"]),
-            expect: "temperature must be a finite number >= 0",
+            expect: "give a finite number >= 0",
         },
         Case {
             name: "infinite temperature",
             setup: |m| with(generate_args(m), &["--temperature", "inf"]),
-            expect: "temperature must be a finite number >= 0",
+            expect: "give a finite number >= 0",
         },
         Case {
             name: "max_new_tokens = usize::MAX",

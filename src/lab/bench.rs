@@ -187,21 +187,15 @@ pub struct BenchReport {
 /// Checks that every prefill length is at least 1 and every context fits the model
 /// with one more token.
 pub fn check_lengths(model: &Model, prefill_lens: &[usize], contexts: &[usize]) -> Result<()> {
-    let longest = prefill_lens
-        .iter()
-        .chain(contexts)
-        .max()
-        .copied()
-        .unwrap_or(0);
     let max_seq_len = model.config.max_position_embeddings;
-    if longest + 1 > max_seq_len {
-        return Err(Error::PromptTooLong {
-            prompt_len: longest + 1,
-            max_seq_len,
-        });
-    }
-    if prefill_lens.contains(&0) {
-        return Err(Error::EmptyPrompt);
+    for (flag, lens) in [("--prefill", prefill_lens), ("--contexts", contexts)] {
+        // `n >= max`, not `n + 1 > max`: a length near usize::MAX must not wrap.
+        if let Some(&n) = lens.iter().find(|&&n| n == 0 || n >= max_seq_len) {
+            return Err(Error::InvalidArgument(format!(
+                "{flag} {n}: every length must be between 1 and {} (the model's context is {max_seq_len} positions, and a timed step needs one more): give lengths in that range",
+                max_seq_len.saturating_sub(1)
+            )));
+        }
     }
     Ok(())
 }

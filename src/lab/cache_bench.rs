@@ -144,14 +144,14 @@ pub fn run(
     prefix: Option<(usize, usize)>,
 ) -> Result<CacheBench> {
     let max = model.config.max_position_embeddings;
-    if let Some(&c) = contexts.iter().find(|&&c| c == 0 || c + 1 > max) {
+    if let Some(&c) = contexts.iter().find(|&&c| c == 0 || c >= max) {
         return Err(Error::InvalidArgument(format!(
             "context {c}: contexts must be between 1 and {}",
             max - 1
         )));
     }
     if let Some((shared_len, suffix_len)) = prefix {
-        if suffix_len == 0 || shared_len + suffix_len > max {
+        if suffix_len == 0 || shared_len.checked_add(suffix_len).is_none_or(|n| n > max) {
             return Err(Error::InvalidArgument(format!(
                 "--shared-len + --suffix-len must fit the context of {max}, with --suffix-len at least 1"
             )));

@@ -77,9 +77,13 @@ pub fn run(
         ));
     }
     let max_seq_len = model.config.max_position_embeddings;
-    if shared_len + suffix_len + max_new_tokens > max_seq_len {
+    let prompt_len = shared_len.saturating_add(suffix_len);
+    if prompt_len
+        .checked_add(max_new_tokens)
+        .is_none_or(|n| n > max_seq_len)
+    {
         return Err(Error::ContextOverflow {
-            prompt_len: shared_len + suffix_len,
+            prompt_len,
             max_new_tokens,
             max_seq_len,
         });

@@ -2,6 +2,7 @@
 //! how to sample, which device, which cache layout and block size. Also the CLI's names
 //! for the library's enums (the library has no clap: `src/lib.rs`).
 
+use crate::checks::in_range;
 use clap::{Args, ValueEnum};
 use kvlab::backend::CacheLayout;
 use kvlab::cache::{CacheKind, DEFAULT_BLOCK_SIZE};
@@ -10,6 +11,7 @@ use kvlab::error::{Error, Result};
 use kvlab::generate::PathKind;
 use kvlab::kv_size::KvDtype;
 use kvlab::lab::timing::synthetic_prompt;
+use kvlab::limits::{read_text_capped, MAX_PROMPT_BYTES};
 use kvlab::sampler::SamplerConfig;
 use kvlab::tokenizer::{Message, Tokenizer};
 use kvlab::{loader, Config, Model};
@@ -49,7 +51,7 @@ impl ModelArgs {
             });
         }
         if !self.model.is_dir() {
-            return Err(Error::ModelFolderMissing(self.model.clone()));
+            return Err(loader::not_a_folder(&self.model));
         }
         let tokenizer = if tokenizer {
             Some(Tokenizer::from_dir(&self.model)?)
@@ -88,19 +90,33 @@ pub struct PromptArgs {
 
 impl PromptArgs {
     /// The prompt's token ids: synthetic (`--prompt-len`), or the text through `tokenizer`.
-    pub fn token_ids(&self, tokenizer: Option<&Tokenizer>, vocab_size: usize) -> Result<Vec<u32>> {
+    /// `config` bounds `--prompt-len` before the ids are made (10^10 ids are 40 GB).
+    pub fn token_ids(&self, tokenizer: Option<&Tokenizer>, config: &Config) -> Result<Vec<u32>> {
         let prompt = match &self.prompt_file {
-            Some(path) => Some(std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?),
+            // Capped: `--prompt-file /dev/zero` must not read forever.
+            Some(path) => Some(read_text_capped(path, MAX_PROMPT_BYTES, "prompt file")?),
             None => self.prompt.clone(),
         };
         if self.chat && prompt.is_none() {
             return Err(Error::InvalidArgument(
-                "--chat needs a text prompt (--prompt or --prompt-file)".into(),
+                "--chat needs a text prompt: give --prompt or --prompt-file".into(),
             ));
+        }
+        if let (true, Some(tokenizer)) = (self.chat, tokenizer) {
+            if !tokenizer.has_chat_template() {
+                return Err(Error::InvalidArgument(
+                    "--chat: this model has no chat template (tokenizer_config.json): drop --chat, or point --model at an instruct model".into(),
+                ));
+            }
         }
         let ids =
             match (&prompt, self.prompt_len, tokenizer) {
-                (_, Some(n), _) => synthetic_prompt(n, vocab_size, 0),
+                (_, Some(n), _) => {
+                    let context = config.max_position_embeddings;
+                    let why = format!("the model's context is {context} positions");
+                    in_range("--prompt-len", n, 1, context, &why)?;
+                    synthetic_prompt(n, config.vocab_size, 0)
+                }
                 (Some(prompt), None, Some(tokenizer)) => {
                     let text = if self.chat {
                         let mut messages = Vec::new();
@@ -129,14 +145,14 @@ impl PromptArgs {
 /// How tokens are picked: shared by every command that generates.
 #[derive(Args, Clone, Copy)]
 pub struct SamplingArgs {
-    /// 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
+    /// 0 = greedy. (Negative values parse, to be refused with a message.)
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Keep the k most likely tokens (0 = all).
     #[arg(long, default_value_t = 0)]
     pub top_k: usize,
     /// Nucleus sampling mass (1.0 = off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub top_p: f32,
     /// Seeds the sampler (and --random-weights).
     #[arg(long, default_value_t = 0)]

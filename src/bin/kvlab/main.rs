@@ -11,7 +11,10 @@
 //! shape, same cost, no tokenizer). Only `kvlab demo` falls back to random weights by
 //! itself when the model folder is absent, so that it runs with zero set-up.
 
+#[macro_use]
+mod stdout;
 mod args;
+mod checks;
 mod cmd;
 mod plot;
 mod print;
@@ -31,7 +34,7 @@ use cmd::speculative::{BenchVerifyArgs, SpecSweepArgs};
     name = "kvlab",
     version,
     about = "Why the first token is slow and the rest are fast: a Llama forward pass, naive and KV-cached",
-    after_help = "Weights: --model DIR (default models/smollm2-135m-instruct, fetched by `bash scripts/fetch-smollm2.sh`) or --random-weights. Only `kvlab demo` falls back to random weights when the model folder is absent."
+    after_help = "Weights: --model DIR (default models/smollm2-135m-instruct, fetched by `bash scripts/fetch-smollm2.sh`) or --random-weights. Only `kvlab demo` falls back to random weights when the model folder is absent.\n\nExit status:\n  0    success\n  1    bad input or a runtime error: one line on stderr, `error: <problem>: <fix>`\n  2    usage error: an unknown flag or a value that does not parse (clap's message)\n  141  stdout was closed before kvlab finished (e.g. `kvlab ... | head`): it stopped quietly, as a tool killed by SIGPIPE does"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -96,7 +99,9 @@ fn main() {
         Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),
     };
     if let Err(e) = result {
-        eprintln!("error: {e}");
+        // One line, whatever the message holds (a path or a tokenizer's text may not).
+        let message = e.to_string().replace(['\n', '\r'], " ");
+        eprintln!("error: {message}");
         std::process::exit(1);
     }
 }

@@ -17,7 +17,7 @@ use kvlab::speculative::SpecGeneration;
 
 /// `--json`: the report as one pretty-printed JSON object.
 pub fn json(value: &impl serde::Serialize) -> Result<()> {
-    println!("{}", to_json(value, true)?);
+    outln!("{}", to_json(value, true)?);
     Ok(())
 }
 
@@ -183,9 +183,9 @@ pub fn spec_sweep(r: &SweepReport) {
 /// `kvlab compare` / `kvlab demo`.
 pub fn comparison(c: &Comparison) {
     if !c.cached.text.is_empty() {
-        println!("text: {:?}\n", c.cached.text);
+        outln!("text: {:?}\n", c.cached.text);
     }
-    println!(
+    outln!(
         "{:>6} {:>8} | {:>11} {:>11} | {:>11} {:>11} {:>6} | {:>12} {:>12}",
         "token",
         "context",
@@ -198,7 +198,7 @@ pub fn comparison(c: &Comparison) {
         "cached total"
     );
     for p in &c.checkpoints {
-        println!(
+        outln!(
             "{:>6} {:>8} | {:>8.1} ms {:>8.1} ms | {:>8.1} ms {:>8.1} ms {:>5.1}x | {:>9.1} ms {:>9.1} ms",
             p.token,
             p.context,
@@ -211,23 +211,24 @@ pub fn comparison(c: &Comparison) {
             p.cached_cumulative_ms
         );
     }
-    println!(
+    outln!(
         "(token 1 is the prefill: its time is TTFT. mean: the mean step since the previous row; \
          ratio: naive mean / cached mean. context: tokens the step attends to.)"
     );
-    println!();
-    println!("{}", summary(&c.naive));
-    println!("{}", summary(&c.cached));
-    println!(
+    outln!();
+    outln!("{}", summary(&c.naive));
+    outln!("{}", summary(&c.cached));
+    outln!(
         "identical tokens: {} | speedup (naive total / cached total): {:.1}x",
-        c.identical, c.speedup
+        c.identical,
+        c.speedup
     );
 }
 
 /// `kvlab kv-size`.
 pub fn kv_size(r: &KvSizeReport) {
     let shape = &r.shape;
-    println!(
+    outln!(
         "2 (K,V) x {} layers x {} kv heads x {} head_dim x {} bytes ({:?}) = {} bytes per token ({})",
         shape.layers,
         shape.kv_heads,
@@ -237,7 +238,7 @@ pub fn kv_size(r: &KvSizeReport) {
         r.bytes_per_token,
         human_bytes(r.bytes_per_token)
     );
-    println!(
+    outln!(
         "x {} tokens x {} sequence(s) = {} bytes ({:.2} GB, {})",
         r.seq_len,
         r.batch,
@@ -249,33 +250,47 @@ pub fn kv_size(r: &KvSizeReport) {
 
 /// `kvlab bench` on the CPU.
 pub fn bench(r: &BenchReport) {
-    println!(
+    outln!(
         "kvlab bench — {} ({} params) on {}",
-        r.model, r.n_params, r.machine
+        r.model,
+        r.n_params,
+        r.machine
     );
-    println!("\nprefill (预填充): the whole prompt in one pass — compute-bound");
-    println!(
+    outln!("\nprefill (预填充): the whole prompt in one pass — compute-bound");
+    outln!(
         "{:>8} {:>10} {:>10} {:>9}",
-        "prompt", "TTFT ms", "tok/s", "GFLOP/s"
+        "prompt",
+        "TTFT ms",
+        "tok/s",
+        "GFLOP/s"
     );
     for p in &r.prefill {
-        println!(
+        outln!(
             "{:>8} {:>10.1} {:>10.1} {:>9.1}",
-            p.prompt_len, p.ttft_ms, p.tok_s, p.gflop_s
+            p.prompt_len,
+            p.ttft_ms,
+            p.tok_s,
+            p.gflop_s
         );
     }
-    println!("\nper-token latency (解码 decode) at a given context: naive recompute vs KV cache");
-    println!(
+    outln!("\nper-token latency (解码 decode) at a given context: naive recompute vs KV cache");
+    outln!(
         "{:>8} {:>12} {:>12} {:>9}",
-        "context", "naive ms", "cached ms", "speedup"
+        "context",
+        "naive ms",
+        "cached ms",
+        "speedup"
     );
     for s in &r.steps {
-        println!(
+        outln!(
             "{:>8} {:>12.1} {:>12.2} {:>8.1}x",
-            s.context, s.naive_ms, s.cached_ms, s.speedup
+            s.context,
+            s.naive_ms,
+            s.cached_ms,
+            s.speedup
         );
     }
-    println!(
+    outln!(
         "\ncached decode: {:.1} tok/s, reading {:.0} MB per token = {:.1} GB/s of the {:.1} GB/s this machine reads ({:.0}% of the memory roof) — memory-bound",
         r.decode_tok_s,
         r.decode_bytes_per_token / 1e6,
@@ -289,17 +304,19 @@ pub fn bench(r: &BenchReport) {
 #[cfg(feature = "cuda")]
 pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
     use kvlab::cuda::{AttentionVersion, MatmulVersion};
-    println!(
+    outln!(
         "kvlab bench — {} ({} params) on {}",
-        r.model, r.n_params, r.device
+        r.model,
+        r.n_params,
+        r.device
     );
-    println!(
+    outln!(
         "decode: {} greedy tokens after a prompt of `context` tokens; {:.1} MB of weights read per token (+ the KV cache); roofline = bytes per token / {:.1e} B/s (H200 HBM)",
         r.decode_tokens,
         r.weight_bytes_per_token as f64 / 1e6,
         r.peak_bytes_per_s
     );
-    println!(
+    outln!(
         "{:>5} {:>6} {:>5} {:>7} | {:>10} {:>11} | {:>9} {:>8} {:>12} | {:>10} | {:>9} {:>7} {:>9}",
         "wts",
         "matmul",
@@ -317,7 +334,7 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
     );
     let v = |v2: bool| if v2 { "v2" } else { "v1" };
     for row in &r.rows {
-        println!(
+        outln!(
             "{:>5} {:>6} {:>5} {:>7} | {:>7.2} ms {:>11.0} | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms | {:>9.1} {:>6.1}% {:>9.0}",
             row.weights.name(),
             v(row.matmul == MatmulVersion::V2),
@@ -338,16 +355,23 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
 
 /// `kvlab bench-cache`.
 pub fn cache_bench(r: &CacheBench) {
-    println!(
+    outln!(
         "kvlab bench-cache — {} on {}, block size {}, median of {} reps",
-        r.model, r.machine, r.block_size, r.reps
+        r.model,
+        r.machine,
+        r.block_size,
+        r.reps
     );
-    println!(
+    outln!(
         "\ndecode: one token at a given context, per cache layout\n{:>8} {:>13} {:>9} {:>8} {:>16}",
-        "context", "layout", "ms", "tok/s", "vs preallocated"
+        "context",
+        "layout",
+        "ms",
+        "tok/s",
+        "vs preallocated"
     );
     for d in &r.decode {
-        println!(
+        outln!(
             "{:>8} {:>13} {:>9.2} {:>8.1} {:>15.1}%",
             d.context,
             d.layout.name(),
@@ -357,7 +381,7 @@ pub fn cache_bench(r: &CacheBench) {
         );
     }
     if let Some(p) = &r.prefix {
-        println!(
+        outln!(
             "\nTTFT, {} shared + {} own tokens: cold {:.1} ms, prefix hit {:.1} ms ({} positions reused) = {:.1}x faster",
             p.shared_len, p.suffix_len, p.cold_ms, p.hit_ms, p.reused, p.speedup
         );
@@ -366,9 +390,15 @@ pub fn cache_bench(r: &CacheBench) {
 
 /// `kvlab trace`: one line per layout, from its rows.
 pub fn trace(rows: &[TraceRow]) {
-    println!(
+    outln!(
         "{:>13} {:>6} {:>10} {:>12} {:>12} {:>12} {:>12}",
-        "layout", "steps", "positions", "reserved", "used", "peak waste", "copied"
+        "layout",
+        "steps",
+        "positions",
+        "reserved",
+        "used",
+        "peak waste",
+        "copied"
     );
     let mut layouts: Vec<_> = rows.iter().map(|r| r.layout).collect();
     layouts.dedup();
@@ -380,7 +410,7 @@ pub fn trace(rows: &[TraceRow]) {
             .map(|r| r.bytes_reserved - r.bytes_used)
             .max()
             .unwrap_or(0);
-        println!(
+        outln!(
             "{:>13} {:>6} {:>10} {:>12} {:>12} {:>12} {:>12}",
             layout.name(),
             last.step,
@@ -395,7 +425,7 @@ pub fn trace(rows: &[TraceRow]) {
 
 /// `kvlab capacity`.
 pub fn capacity(r: &CapacityReport, max_prompt: usize, seed: u64) {
-    println!(
+    outln!(
         "budget {} ({} bytes) of f32 KV cache, {} per token; requests: prompt 16..{} tokens (mean {:.0}), output 1..{} (mean {:.0}), seed {}",
         human_bytes(r.budget_bytes),
         r.budget_bytes,
@@ -406,9 +436,13 @@ pub fn capacity(r: &CapacityReport, max_prompt: usize, seed: u64) {
         r.mean_output_len,
         seed
     );
-    println!(
+    outln!(
         "\n{:>34} {:>9} {:>12} {:>12} {:>7}",
-        "", "requests", "reserved", "live", "waste"
+        "",
+        "requests",
+        "reserved",
+        "live",
+        "waste"
     );
     for (name, f) in [
         (
@@ -417,7 +451,7 @@ pub fn capacity(r: &CapacityReport, max_prompt: usize, seed: u64) {
         ),
         (format!("paged (blocks of {})", r.block_size), &r.paged),
     ] {
-        println!(
+        outln!(
             "{:>34} {:>9} {:>12} {:>12} {:>6.1}%",
             name,
             f.requests,
@@ -426,25 +460,25 @@ pub fn capacity(r: &CapacityReport, max_prompt: usize, seed: u64) {
             100.0 * f.waste
         );
     }
-    println!(
+    outln!(
         "\npaging fits {:.2}x as many concurrent requests in the same memory",
         r.gain
     );
     if r.paged.requests == r.offered {
-        println!(
-            "(every offered request fit: raise --requests or lower --budget to see the limit)"
-        );
+        outln!("(every offered request fit: raise --requests or lower --budget to see the limit)");
     }
 }
 
 /// `kvlab prefix`.
 pub fn prefix(r: &PrefixReport) {
-    println!(
+    outln!(
         "{:>8} | {:>28} | {:>28}",
-        "request", "without prefix caching", "with prefix caching"
+        "request",
+        "without prefix caching",
+        "with prefix caching"
     );
     for (i, (a, b)) in r.without.requests.iter().zip(&r.with.requests).enumerate() {
-        println!(
+        outln!(
             "{:>8} | TTFT {:>9.1} ms, {:>5} computed | TTFT {:>9.1} ms, {:>5} reused",
             i + 1,
             a.ttft_ms,
@@ -453,11 +487,14 @@ pub fn prefix(r: &PrefixReport) {
             b.reused
         );
     }
-    println!(
+    outln!(
         "\nrequests 2..{}: mean TTFT {:.1} ms -> {:.1} ms ({:.1}x faster)",
-        r.n_requests, r.without.later_ttft_ms, r.with.later_ttft_ms, r.ttft_speedup
+        r.n_requests,
+        r.without.later_ttft_ms,
+        r.with.later_ttft_ms,
+        r.ttft_speedup
     );
-    println!(
+    outln!(
         "KV cache held by all {} requests: {} -> {} ({:.1}x less; {} block hits, {} misses)",
         r.n_requests,
         human_bytes(r.without.kv_bytes),
@@ -466,5 +503,5 @@ pub fn prefix(r: &PrefixReport) {
         r.with.prefix_hits,
         r.with.prefix_misses
     );
-    println!("same tokens with and without: {}", r.identical_tokens);
+    outln!("same tokens with and without: {}", r.identical_tokens);
 }

@@ -73,6 +73,12 @@ impl BlockPool {
             [0; 4]
         };
         let zeroed = || zeroed_buffer("the paged KV cache's block pool", &dims);
+        // One count and one free-list entry per block: sized by the budget, so fallible.
+        let mut ref_counts = crate::limits::try_vec(n_blocks, "the paged KV cache's block table")?;
+        ref_counts.resize(n_blocks, 0);
+        let mut free = crate::limits::try_vec(n_blocks, "the paged KV cache's free list")?;
+        // Reversed, so that `pop` hands out block 0 first: easier to read in traces.
+        free.extend((0..n_blocks).rev());
         Ok(BlockPool {
             k: zeroed()?,
             v: zeroed()?,
@@ -80,9 +86,8 @@ impl BlockPool {
             n_blocks,
             block_size,
             kv_dim,
-            ref_counts: vec![0; n_blocks],
-            // Reversed, so that `pop` hands out block 0 first: easier to read in traces.
-            free: (0..n_blocks).rev().collect(),
+            ref_counts,
+            free,
             has_storage,
         })
     }

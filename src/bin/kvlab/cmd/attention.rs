@@ -72,7 +72,7 @@ pub fn attention_map(args: AttentionMapArgs) -> Result<()> {
         return print::json(&report);
     }
     let m = &report.map;
-    println!(
+    outln!(
         "layer {}, head {} of {} ({} tokens); row = query, column = key:",
         m.layer,
         m.head,
@@ -81,11 +81,11 @@ pub fn attention_map(args: AttentionMapArgs) -> Result<()> {
     );
     for (tok, row) in report.tokens.iter().zip(&m.probs) {
         let cells: Vec<String> = row.iter().map(|p| format!("{p:4.2}")).collect();
-        println!("{:>12} {}", format!("{tok:?}"), cells.join(" "));
+        outln!("{:>12} {}", format!("{tok:?}"), cells.join(" "));
     }
-    println!("mean attention on the first token, per layer:");
+    outln!("mean attention on the first token, per layer:");
     for (l, mass) in m.first_token_mass.iter().enumerate() {
-        println!("  layer {l:2}: {mass:.3}");
+        outln!("  layer {l:2}: {mass:.3}");
     }
     Ok(())
 }

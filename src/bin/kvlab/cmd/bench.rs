@@ -1,6 +1,7 @@
 //! `kvlab bench` (CPU, or the GPU roofline with `--device cuda`) and `kvlab bench-cache`.
 
 use crate::args::{BlockSizeArgs, DeviceArg, DeviceArgs, JsonArgs, ModelArgs};
+use crate::checks::{in_range, MAX_REPS};
 use crate::print;
 use clap::Args;
 use kvlab::error::Result;
@@ -49,7 +50,9 @@ pub struct BenchCacheArgs {
 }
 
 pub fn bench(args: BenchArgs) -> Result<()> {
+    in_range("--reps", args.reps, 1, MAX_REPS, "timed repetitions")?;
     let loaded = args.model.load(0, false)?;
+    lab::bench::check_lengths(&loaded.model, &args.prefill, &args.contexts)?;
     if args.device.device == DeviceArg::Cuda {
         return gpu_bench(&args, &loaded);
     }
@@ -100,6 +103,7 @@ fn gpu_bench(args: &BenchArgs, loaded: &crate::args::Loaded) -> Result<()> {
 }
 
 pub fn bench_cache(args: BenchCacheArgs) -> Result<()> {
+    in_range("--reps", args.reps, 1, MAX_REPS, "timed repetitions")?;
     let loaded = args.model.load(0, false)?;
     let prefix = (args.shared_len > 0).then_some((args.shared_len, args.suffix_len));
     let report = lab::cache_bench::run(

@@ -1,6 +1,7 @@
 //! The cache-layout experiments: `kvlab trace`, `kvlab capacity`, `kvlab prefix`.
 
 use crate::args::{BlockSizeArgs, CacheArg, JsonArgs, ModelArgs, PromptArgs, SamplingArgs};
+use crate::checks::{at_least, in_range, sum};
 use crate::print;
 use clap::Args;
 use kvlab::cache::CacheKind;
@@ -93,7 +94,7 @@ pub fn trace(args: TraceArgs) -> Result<()> {
     let model = &loaded.model;
     let prompt_ids = args
         .prompt
-        .token_ids(loaded.tokenizer.as_ref(), model.config.vocab_size)?;
+        .token_ids(loaded.tokenizer.as_ref(), &model.config)?;
     let opts = GenerateOptions {
         max_new_tokens: args.prompt.max_new_tokens,
         path: PathKind::Cached,
@@ -130,7 +131,7 @@ pub fn trace(args: TraceArgs) -> Result<()> {
         return print::json(&rows);
     }
     print::trace(&rows);
-    println!("wrote {} and {}", csv.display(), svg.display());
+    outln!("wrote {} and {}", csv.display(), svg.display());
     Ok(())
 }
 
@@ -140,10 +141,34 @@ pub fn capacity(args: CapacityArgs) -> Result<()> {
         Some(dir) => Config::from_file(&dir.join("config.json"))?,
         None => Config::smollm2_135m(),
     };
-    if args.max_new_tokens == 0 || args.requests == 0 {
-        return Err(Error::InvalidArgument(
-            "--requests and --max-new-tokens must be at least 1".into(),
-        ));
+    // Every size below is checked before the mix and the pool are allocated from it.
+    in_range(
+        "--requests",
+        args.requests,
+        1,
+        MAX_CAPACITY_REQUESTS,
+        "requests offered",
+    )?;
+    at_least("--max-new-tokens", args.max_new_tokens, 1)?;
+    at_least("--max-prompt", args.max_prompt, 16)?;
+    let longest = sum(&[
+        ("--max-prompt", args.max_prompt),
+        ("--max-new-tokens", args.max_new_tokens),
+    ])?;
+    let context = config.max_position_embeddings;
+    if longest > context {
+        return Err(Error::InvalidArgument(format!(
+            "--max-prompt {} + --max-new-tokens {} = {longest} positions is longer than the model's context of {context}: lower --max-prompt or --max-new-tokens",
+            args.max_prompt, args.max_new_tokens
+        )));
+    }
+    let block_bytes = kvlab::cache::bytes_per_token(&config).saturating_mul(args.block.block_size);
+    let blocks = budget / block_bytes.max(1);
+    if blocks > MAX_CAPACITY_BLOCKS {
+        return Err(Error::InvalidArgument(format!(
+            "--budget {} in blocks of {} positions is {blocks} blocks, and kvlab counts at most {MAX_CAPACITY_BLOCKS}: raise --block-size or lower --budget",
+            args.budget, args.block.block_size
+        )));
     }
     let mix = capacity::request_mix(
         args.requests,
@@ -160,8 +185,35 @@ pub fn capacity(args: CapacityArgs) -> Result<()> {
     Ok(())
 }
 
+/// Requests `kvlab capacity` draws (16 bytes each): far past where any budget fills.
+const MAX_CAPACITY_REQUESTS: usize = 1_000_000;
+/// Blocks `kvlab capacity` counts (~12 bytes of bookkeeping each).
+const MAX_CAPACITY_BLOCKS: usize = 1 << 24;
+/// Requests `kvlab prefix` runs, one table row each.
+const MAX_PREFIX_REQUESTS: usize = 1024;
+
 pub fn prefix(args: PrefixArgs) -> Result<()> {
+    in_range(
+        "--requests",
+        args.requests,
+        1,
+        MAX_PREFIX_REQUESTS,
+        "one table row each",
+    )?;
+    at_least("--suffix-len", args.suffix_len, 1)?;
+    at_least("--max-new-tokens", args.max_new_tokens, 1)?;
     let loaded = args.model.load(0, false)?;
+    let prompt_len = sum(&[
+        ("--shared-len", args.shared_len),
+        ("--suffix-len", args.suffix_len),
+    ])?;
+    let context = loaded.model.config.max_position_embeddings;
+    if prompt_len >= context {
+        return Err(Error::InvalidArgument(format!(
+            "--shared-len {} + --suffix-len {} = {prompt_len} tokens leaves no room for a new token in the model's context of {context}: lower --shared-len or --suffix-len",
+            args.shared_len, args.suffix_len
+        )));
+    }
     if !args.out.json {
         eprintln!(
             "{}: {} requests = {} shared + {} own tokens each, {} new tokens; without prefix caching, then with...",

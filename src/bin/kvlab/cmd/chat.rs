@@ -1,6 +1,7 @@
 //! `kvlab chat`: a conversation that keeps its KV cache between turns (book: multi-turn.md).
 
 use crate::args::{CacheArgs, SamplingArgs, DEFAULT_MODEL};
+use crate::checks::at_least;
 use crate::print;
 use clap::Args;
 use kvlab::cache::{new_store, CacheKind};
@@ -10,7 +11,7 @@ use kvlab::generate::{GenerateOptions, PathKind};
 use kvlab::loader;
 use kvlab::tokenizer::{Message, TextStream, Tokenizer};
 use serde::Serialize;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -54,10 +55,18 @@ struct ChatTurnReport {
 }
 
 pub fn chat(args: ChatArgs) -> Result<()> {
+    at_least("--max-new-tokens", args.max_new_tokens, 1)?;
+    at_least("--max-context", args.max_context, 2)?;
     if !args.model.is_dir() {
-        return Err(Error::ModelFolderMissing(args.model.clone()));
+        return Err(loader::not_a_folder(&args.model));
     }
     let tokenizer = Tokenizer::from_dir(&args.model)?;
+    if !tokenizer.has_chat_template() {
+        return Err(Error::InvalidArgument(format!(
+            "{}: this model has no chat template (tokenizer_config.json), and kvlab chat renders every turn with it: point --model at an instruct model",
+            args.model.display()
+        )));
+    }
     let model = loader::load_model(&args.model)?;
     let capacity = args.max_context.min(model.config.max_position_embeddings);
     let layout = args.cache.layout();
@@ -86,7 +95,6 @@ pub fn chat(args: ChatArgs) -> Result<()> {
             }
         );
     }
-    let mut out = std::io::stdout();
     let mut turn_no = 0;
     let mut line = String::new();
     loop {
@@ -109,9 +117,14 @@ pub fn chat(args: ChatArgs) -> Result<()> {
         turn_no += 1;
         messages.push(Message::new("user", text));
         let ids = tokenizer.encode(&tokenizer.apply_chat_template(&messages)?)?;
-        if ids.len() + args.max_new_tokens > capacity {
+        if ids.len().saturating_add(args.max_new_tokens) > capacity {
+            let fix = if capacity < args.max_context {
+                format!("over the model's context of {capacity}: lower --max-new-tokens or start a new chat")
+            } else {
+                format!("over --max-context {capacity}: raise --max-context (the model takes {}), lower --max-new-tokens or start a new chat", model.config.max_position_embeddings)
+            };
             return Err(Error::InvalidArgument(format!(
-                "the conversation is {} tokens, and {} more may come: over --max-context {capacity}. Raise --max-context or start a new chat",
+                "the conversation is {} tokens, and {} more may come: {fix}",
                 ids.len(),
                 args.max_new_tokens
             )));
@@ -128,8 +141,7 @@ pub fn chat(args: ChatArgs) -> Result<()> {
                 return;
             }
             if let Some(text) = stream.push(token) {
-                let _ = write!(out, "{text}");
-                let _ = out.flush();
+                out!("{text}");
             }
         })?;
         let g = &turn.generation;
@@ -155,9 +167,9 @@ pub fn chat(args: ChatArgs) -> Result<()> {
                 kv_bytes_reserved: bytes.reserved,
                 kv_bytes_used: bytes.used,
             };
-            println!("{}", print::to_json(&report, false)?);
+            outln!("{}", print::to_json(&report, false)?);
         } else {
-            println!();
+            outln!();
             eprintln!(
                 "[turn {turn_no}] TTFT {:.1} ms | prompt {} tokens: {} reused from the cache, {} computed | {} new tokens, {:.1} tok/s | KV cache {} reserved, {} used",
                 g.ttft_ms,

@@ -14,7 +14,6 @@ use kvlab::lab::timing::synthetic_prompt;
 use kvlab::sampler::SamplerConfig;
 use kvlab::tokenizer::{Message, TextStream, Tokenizer};
 use kvlab::{loader, Config, Model};
-use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -100,7 +99,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     }
     let loaded = args.model.load(args.sampling.seed, true)?;
     let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
-    let prompt_ids = args.prompt.token_ids(tokenizer, model.config.vocab_size)?;
+    let prompt_ids = args.prompt.token_ids(tokenizer, &model.config)?;
     let opts = options(
         args.prompt.max_new_tokens,
         &args.sampling,
@@ -117,7 +116,6 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     let mut decoder = backend.decoder(opts.path, layout, prompt_ids.len(), opts.max_new_tokens)?;
     let json = args.out.json;
     let mut stream = tokenizer.map(TextStream::new);
-    let mut out = std::io::stdout();
     let mut generation = generate_with(decoder.as_mut(), &prompt_ids, &opts, |token| {
         if json || opts.eos_ids.contains(&token) {
             return;
@@ -127,8 +125,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
             None => Some(format!("[{token}]")),
         };
         if let Some(text) = text {
-            let _ = write!(out, "{text}");
-            let _ = out.flush();
+            out!("{text}");
         }
     })?;
     if let Some(tokenizer) = tokenizer {
@@ -137,7 +134,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     if json {
         return print::json(&generation);
     }
-    println!();
+    outln!();
     eprintln!("{}", print::summary(&generation));
     if layout.kind != CacheKind::Preallocated && opts.path == PathKind::Cached {
         eprintln!("cache layout: {}", layout.kind.name());
@@ -153,7 +150,7 @@ pub fn compare(args: CompareArgs) -> Result<()> {
     let model = &loaded.model;
     let prompt_ids = args
         .prompt
-        .token_ids(loaded.tokenizer.as_ref(), model.config.vocab_size)?;
+        .token_ids(loaded.tokenizer.as_ref(), &model.config)?;
     let opts = options(
         args.prompt.max_new_tokens,
         &args.sampling,

@@ -1,12 +1,13 @@
 //! `kvlab kv-size` and `kvlab import-gguf`: about a model's shape and files, no forward pass.
 
 use crate::args::{JsonArgs, KvDtypeArg};
+use crate::checks::{at_least, in_range};
 use crate::print;
 use clap::{Args, ValueEnum};
 use kvlab::error::{Error, Result};
 use kvlab::gguf::OutDtype;
 use kvlab::kv_size::KvShape;
-use kvlab::Config;
+use kvlab::{limits, Config};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -59,14 +60,23 @@ pub fn kv_size(args: KvSizeArgs) -> Result<()> {
                 "give --model DIR, or all of --layers, --kv-heads and --head-dim (missing --{name})"
             ))
         };
-        KvShape {
+        let shape = KvShape {
             layers: args.layers.ok_or_else(|| missing("layers"))?,
             kv_heads: args.kv_heads.ok_or_else(|| missing("kv-heads"))?,
             head_dim: args.head_dim.ok_or_else(|| missing("head-dim"))?,
             dtype,
-        }
+        };
+        // The bounds config.json is held to (src/limits.rs): no real model comes near.
+        let model = "kvlab's limit for any model";
+        in_range("--layers", shape.layers, 1, limits::MAX_LAYERS, model)?;
+        in_range("--kv-heads", shape.kv_heads, 1, limits::MAX_HEADS, model)?;
+        in_range("--head-dim", shape.head_dim, 1, limits::MAX_HEAD_DIM, model)?;
+        shape
     };
-    let report = shape.report(args.seq_len, args.batch);
+    at_least("--seq-len", args.seq_len, 1)?;
+    at_least("--batch", args.batch, 1)?;
+    // Checked: 2^62 tokens is an overflow error, not "0 bytes".
+    let report = shape.report(args.seq_len, args.batch)?;
     if args.out.json {
         return print::json(&report);
     }
@@ -80,6 +90,6 @@ pub fn import_gguf(args: ImportArgs) -> Result<()> {
         ImportDtype::Bf16 => OutDtype::Bf16,
     };
     let report = kvlab::gguf::import_gguf(&args.gguf, &args.out_dir, dtype)?;
-    println!("{report}");
+    outln!("{report}");
     Ok(())
 }

@@ -214,7 +214,7 @@ impl Run {
 pub fn plot(args: PlotArgs) -> Result<()> {
     if args.list {
         for f in FIGURES {
-            println!("{:16} {}", f.name, f.inputs.join(", "));
+            outln!("{:16} {}", f.name, f.inputs.join(", "));
         }
         return Ok(());
     }
@@ -266,7 +266,7 @@ pub fn plot(args: PlotArgs) -> Result<()> {
         );
         write(&args.out.join(format!("{}.svg", figure.name)), &svg)?;
         write(&args.out.join(format!("{}.md", figure.name)), &caption)?;
-        println!("wrote {}.svg and {}.md", figure.name, figure.name);
+        outln!("wrote {}.svg and {}.md", figure.name, figure.name);
     }
     Ok(())
 }
