@@ -87,9 +87,9 @@ pub fn spec_summary(g: &SpecGeneration) -> String {
 /// `kvlab compare --speculative`.
 pub fn spec_comparison(e: &SpecExperiment) {
     if !e.speculative.text.is_empty() {
-        println!("text: {:?}\n", e.speculative.text);
+        outln!("text: {:?}\n", e.speculative.text);
     }
-    println!(
+    outln!(
         "[plain cached] prompt {} tokens, generated {} | TTFT {:.1} ms | TPOT {:.1} ms ({:.1} tok/s) | total {:.1} ms",
         e.prompt_tokens,
         e.new_tokens,
@@ -98,16 +98,16 @@ pub fn spec_comparison(e: &SpecExperiment) {
         e.plain_decode_tok_s,
         e.plain_total_ms
     );
-    println!(
+    outln!(
         "{} | total {:.1} ms",
         spec_summary(&e.speculative),
         e.speculative.total_ms
     );
-    println!(
+    outln!(
         "draft cost c = {:.3}x a decode step per drafted token | verify pass = {:.2}x a decode step",
         e.draft_cost_ratio, e.verify_cost_ratio
     );
-    println!(
+    outln!(
         "identical tokens: {} | speedup (plain total / speculative total): {:.2}x (decode: {:.2}x) | predicted {:.2}x (with the measured verify cost: {:.2}x)",
         e.tokens_identical,
         e.speedup_total,
@@ -119,26 +119,34 @@ pub fn spec_comparison(e: &SpecExperiment) {
 
 /// `kvlab bench-verify`.
 pub fn verify_cost(r: &VerifyCostReport) {
-    println!(
+    outln!(
         "kvlab bench-verify — {} on {}: one verify pass over k drafts (k + 1 rows) on {} cached positions, vs one decode step ({:.2} ms); medians of {} interleaved repetitions",
         r.model, r.machine, r.context, r.decode_step_ms, r.reps
     );
-    println!(
+    outln!(
         "{:>3} {:>5} {:>10} {:>14} {:>12}",
-        "k", "rows", "verify ms", "decode steps", "per row"
+        "k",
+        "rows",
+        "verify ms",
+        "decode steps",
+        "per row"
     );
     for row in &r.rows {
-        println!(
+        outln!(
             "{:>3} {:>5} {:>10.2} {:>13.2}x {:>11.2}x",
-            row.k, row.rows, row.verify_ms, row.ratio, row.ratio_per_row
+            row.k,
+            row.rows,
+            row.verify_ms,
+            row.ratio,
+            row.ratio_per_row
         );
     }
-    println!("(decode steps = verify ms / decode step ms: 1.0 if the extra rows were free, k + 1 if each row cost a step)");
+    outln!("(decode steps = verify ms / decode step ms: 1.0 if the extra rows were free, k + 1 if each row cost a step)");
 }
 
 /// `kvlab spec-sweep`.
 pub fn spec_sweep(r: &SweepReport) {
-    println!(
+    outln!(
         "kvlab spec-sweep — {} on {}: prompt {} tokens, {} new, cache {}, plain TPOT {:.1} ms",
         r.model,
         r.machine,
@@ -147,7 +155,7 @@ pub fn spec_sweep(r: &SweepReport) {
         r.cache.name(),
         r.plain_tpot_ms
     );
-    println!(
+    outln!(
         "{:>14} {:>3} | {:>6} {:>8} | {:>7} {:>7} | {:>8} {:>8} | {:>9} {:>9} | {:>9}",
         "drafter",
         "k",
@@ -162,7 +170,7 @@ pub fn spec_sweep(r: &SweepReport) {
         "identical"
     );
     for c in &r.cells {
-        println!(
+        outln!(
             "{:>14} {:>3} | {:>6.2} {:>8.2} | {:>6.3}x {:>6.2}x | {:>7.2}x {:>7.2}x | {:>8.2}x {:>8.2}x | {:>9}",
             c.drafter,
             c.k,
@@ -177,7 +185,7 @@ pub fn spec_sweep(r: &SweepReport) {
             c.tokens_identical
         );
     }
-    println!("(c: drafting cost per drafted token and verify: one verify pass, both in plain decode steps; speedup: plain total / speculative total; decode: after the first token; predicted: Leviathan et al. with verify = 1 step; pred(ver): with the measured verify cost)");
+    outln!("(c: drafting cost per drafted token and verify: one verify pass, both in plain decode steps; speedup: plain total / speculative total; decode: after the first token; predicted: Leviathan et al. with verify = 1 step; pred(ver): with the measured verify cost)");
 }
 
 /// `kvlab compare` / `kvlab demo`.

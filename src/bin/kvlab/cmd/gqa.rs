@@ -28,12 +28,12 @@ pub fn gqa(args: GqaArgs) -> Result<()> {
 }
 
 fn print_report(r: &GqaReport) {
-    println!(
+    outln!(
         "kvlab gqa — SmolLM2-135M shape (9 query heads), random weights, f32, context {} on {}, median of {} steps",
         r.context, r.machine, r.reps
     );
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{:>8} {:>9} {:>13} {:>11} {:>10} {:>8} {:>13} {:>10}",
         "variant",
         "kv heads",
@@ -45,7 +45,7 @@ fn print_report(r: &GqaReport) {
         "attn share"
     );
     for row in &r.rows {
-        println!(
+        outln!(
             "{:>8} {:>9} {:>13} {:>11} {:>10.1} {:>8.1} {:>13.1} {:>9.0}%",
             row.variant,
             row.n_kv_heads,
@@ -58,8 +58,8 @@ fn print_report(r: &GqaReport) {
         );
     }
     if let (Some(mha), Some(mqa)) = (r.rows.first(), r.rows.last()) {
-        println!();
-        println!(
+        outln!();
+        outln!(
             "{} -> {}: {:.0}x less KV cache, decode step {:.2}x as fast (attention alone {:.2}x)",
             mha.variant,
             mqa.variant,

@@ -15,7 +15,6 @@ use kvlab::lab;
 use kvlab::model::Model;
 use kvlab::speculative::{generate_speculative, AcceptRule, DrafterSpec, SpecOptions};
 use kvlab::tokenizer::TextStream;
-use std::io::Write;
 
 #[derive(Args)]
 pub struct BenchVerifyArgs {
@@ -102,7 +101,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     let spec = drafter_spec(&args.spec, args.path, args.device.device)?;
     let loaded = args.model.load(args.sampling.seed, true)?;
     let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
-    let prompt_ids = args.prompt.token_ids(tokenizer, model.config.vocab_size)?;
+    let prompt_ids = args.prompt.token_ids(tokenizer, &model.config)?;
     let (max_new, layout) = (args.prompt.max_new_tokens, args.cache.layout());
     let opts = spec_options(max_new, &args.sampling, model, args.spec.draft_len)?;
     check_request(model, &prompt_ids, max_new)?;
@@ -111,7 +110,6 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     let mut cache = new_store(&model.config, layout.kind, capacity, layout.block_size)?;
     let json = args.out.json;
     let mut stream = tokenizer.map(TextStream::new);
-    let mut out = std::io::stdout();
     let mut g = generate_speculative(
         model,
         cache.as_mut(),
@@ -127,8 +125,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
                 None => Some(format!("[{token}]")),
             };
             if let Some(text) = text {
-                let _ = write!(out, "{text}");
-                let _ = out.flush();
+                out!("{text}");
             }
         },
     )?;
@@ -138,7 +135,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     if json {
         return print::json(&g);
     }
-    println!();
+    outln!();
     eprintln!("{}", print::spec_summary(&g));
     eprintln!("cache layout: {}", layout.kind.name());
     Ok(())
@@ -151,7 +148,7 @@ pub fn compare(args: CompareArgs) -> Result<()> {
     let spec = drafter_spec(&args.spec, PathArg::Cached, args.device.device)?;
     let loaded = args.model.load(args.sampling.seed, true)?;
     let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
-    let prompt_ids = args.prompt.token_ids(tokenizer, model.config.vocab_size)?;
+    let prompt_ids = args.prompt.token_ids(tokenizer, &model.config)?;
     let max_new = args.prompt.max_new_tokens;
     let opts = spec_options(max_new, &args.sampling, model, args.spec.draft_len)?;
     check_request(model, &prompt_ids, max_new)?;
@@ -212,7 +209,7 @@ pub fn spec_sweep(args: SpecSweepArgs) -> Result<()> {
     let model = &loaded.model;
     let prompt_ids = args
         .prompt
-        .token_ids(loaded.tokenizer.as_ref(), model.config.vocab_size)?;
+        .token_ids(loaded.tokenizer.as_ref(), &model.config)?;
     let max_new = args.prompt.max_new_tokens;
     // Every k is checked before the first (slow) cell runs.
     let mut base = None;
