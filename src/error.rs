@@ -19,13 +19,13 @@ pub enum Error {
     #[error("model folder {0}: not found. Fetch SmolLM2 with `bash scripts/fetch-smollm2.sh`, or point --model at a folder holding config.json, *.safetensors and tokenizer.json")]
     ModelFolderMissing(PathBuf),
 
-    #[error("{path}: not a valid config.json: {msg}")]
+    #[error("{path}: not a valid config.json: {}", one_line(msg))]
     Config { path: PathBuf, msg: String },
 
     #[error("invalid model config: {0}")]
     InvalidConfig(String),
 
-    #[error("{path}: not a readable safetensors file ({msg}). It may be truncated or still downloading: fetch or convert it again")]
+    #[error("{path}: not a readable safetensors file ({}). It may be truncated or still downloading: fetch or convert it again", one_line(msg))]
     Safetensors { path: PathBuf, msg: String },
 
     #[error("tensor `{name}` is missing from the weights. Is this a Llama-family checkpoint with Hugging Face names (model.layers.N.self_attn.q_proj.weight ...)?")]
@@ -82,7 +82,7 @@ pub enum Error {
     #[error("token id {id} is outside the vocabulary (size {vocab_size})")]
     TokenOutOfRange { id: u32, vocab_size: usize },
 
-    #[error("{path}: cannot import this GGUF file: {msg}")]
+    #[error("{path}: cannot import this GGUF file: {}", one_line(msg))]
     Gguf { path: PathBuf, msg: String },
 
     #[error("invalid argument: {0}")]
@@ -101,7 +101,7 @@ pub enum Error {
     #[error("CUDA: {0}")]
     Cuda(String),
 
-    #[error("{path}: {msg}")]
+    #[error("{path}: {}", one_line(msg))]
     InvalidFile { path: PathBuf, msg: String },
 
     /// A fallible allocation the allocator refused (or a size that overflowed): every
@@ -130,5 +130,39 @@ impl Error {
             path: path.into(),
             source,
         }
+    }
+}
+
+/// `text` with its control characters escaped (`\n` → `\\n`): messages quote names and
+/// strings read from files, and a crafted file must not turn a one-line error into several
+/// (or into terminal escape sequences).
+fn one_line(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by `scripts/fuzz.sh`: a GGUF metadata key holding a newline made the import
+    /// error two lines long.
+    #[test]
+    fn messages_quoting_file_content_stay_on_one_line() {
+        let err = Error::Gguf {
+            path: PathBuf::from("f.gguf"),
+            msg: "metadata `llam\n\0a.feed`: unknown value type 7".into(),
+        };
+        let text = err.to_string();
+        assert!(!text.contains('\n') && !text.contains('\0'), "{text:?}");
+        assert!(text.contains("llam\\n\\u{0}a.feed"), "{text:?}");
     }
 }
