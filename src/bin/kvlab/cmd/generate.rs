@@ -99,11 +99,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         args.path.into(),
     );
     check_request(model, &prompt_ids, opts.max_new_tokens)?;
-    let backend = Backend::new(
-        args.device.device.into(),
-        model,
-        args.device.gpu_dtype.into(),
-    )?;
+    let backend = args.device.backend(model)?;
     let layout = args.cache.layout();
     let mut decoder = backend.decoder(opts.path, layout, prompt_ids.len(), opts.max_new_tokens)?;
     let json = args.out.json;
@@ -148,11 +144,7 @@ pub fn compare(args: CompareArgs) -> Result<()> {
         model,
         PathKind::Cached,
     );
-    let backend = Backend::new(
-        args.device.device.into(),
-        model,
-        args.device.gpu_dtype.into(),
-    )?;
+    let backend = args.device.backend(model)?;
     run_compare(
         &backend,
         model,
@@ -198,11 +190,7 @@ pub fn demo(args: DemoArgs) -> Result<()> {
             vec![]
         },
     };
-    let backend = Backend::new(
-        args.device.device.into(),
-        &model,
-        args.device.gpu_dtype.into(),
-    )?;
+    let backend = args.device.backend(&model)?;
     run_compare(
         &backend,
         &model,
