@@ -1,16 +1,19 @@
-//! Every decoder is built here: a device ([`crate::device::Device`]), a path (naive or
-//! cached) and a cache layout in, a [`Decoder`] for the generation loop out.
+//! Every decoder is built here: a device ([`crate::device::Device`]), a weight format
+//! ([`WeightDtype`] on the CPU, [`GpuDtype`] on the GPU), a path (naive or cached) and a
+//! cache layout in, a [`Decoder`] for the generation loop out.
 //!
 //! Both devices give the generation loop a [`Decoder`]; everything above it — sampling,
 //! timing, the naive-vs-cached comparison — is shared. Book: naive-vs-cached.md.
 
 use crate::cache::{new_store, CacheKind, DEFAULT_BLOCK_SIZE};
-use crate::device::{Device, GpuDtype};
+use crate::device::{Device, GpuDtype, WeightDtype};
 use crate::error::Result;
 use crate::generate::{
     check_request, generate_with, Cached, Decoder, GenerateOptions, Generation, Naive, PathKind,
 };
 use crate::model::Model;
+use crate::simd::WeightElem;
+use half::bf16;
 
 /// Where the cached path keeps K and V: a layout, and the block size of the paged ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,9 +35,10 @@ impl Default for CacheLayout {
 // ANCHOR: cpu_decoder
 /// The CPU decoder for `path`, sized for `prompt_len + max_new_tokens` positions. The
 /// naive path keeps no cache; the cached one keeps it in `layout` (preallocated: the
-/// whole request reserved up front, book: cache-layouts.md).
-pub fn cpu_decoder<'a>(
-    model: &'a Model,
+/// whole request reserved up front, book: cache-layouts.md). The weights may be f32 or
+/// bf16 (`E`): the same decoders, the same f32 arithmetic on the widened weights.
+pub fn cpu_decoder<'a, E: WeightElem>(
+    model: &'a Model<E>,
     path: PathKind,
     layout: CacheLayout,
     prompt_len: usize,
@@ -60,8 +64,8 @@ pub fn cpu_decoder<'a>(
 
 /// Generates up to `max_new_tokens` after `prompt` on the CPU (preallocated cache),
 /// calling `on_token` with each token as soon as it is chosen (for streaming).
-pub fn generate(
-    model: &Model,
+pub fn generate<E: WeightElem>(
+    model: &Model<E>,
     prompt: &[u32],
     opts: &GenerateOptions,
     on_token: impl FnMut(u32),
@@ -77,15 +81,27 @@ pub fn generate(
     generate_with(decoder.as_mut(), prompt, opts, on_token)
 }
 
-/// A model ready to run on one device.
+/// A model ready to run on one device, in one weight format.
 pub enum Backend<'a> {
+    /// f32 weights, as loaded.
     Cpu(&'a Model),
+    /// bf16 weights: the loaded model converted once (`Model::to_bf16`).
+    CpuBf16(Box<Model<bf16>>),
     #[cfg(feature = "cuda")]
     Cuda(crate::cuda::GpuModel),
 }
 
 impl<'a> Backend<'a> {
-    /// Prepares `model` for `device` (on CUDA: compiles the kernels and uploads the weights).
+    /// `model` on the CPU with its weights in `dtype` (bf16: converted here, once).
+    pub fn cpu(model: &'a Model, dtype: WeightDtype) -> Backend<'a> {
+        match dtype {
+            WeightDtype::F32 => Backend::Cpu(model),
+            WeightDtype::Bf16 => Backend::CpuBf16(Box::new(model.to_bf16())),
+        }
+    }
+
+    /// Prepares `model` for `device` (on CUDA: compiles the kernels and uploads the
+    /// weights in `gpu_dtype`; on the CPU: f32 weights, [`Backend::cpu`] for bf16).
     pub fn new(device: Device, model: &'a Model, gpu_dtype: GpuDtype) -> Result<Backend<'a>> {
         match device {
             Device::Cpu => Ok(Backend::Cpu(model)),
@@ -116,6 +132,7 @@ impl<'a> Backend<'a> {
     ) -> Result<Box<dyn Decoder + '_>> {
         match self {
             Backend::Cpu(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
+            Backend::CpuBf16(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => {
                 if layout.kind != CacheKind::Preallocated {
@@ -135,7 +152,7 @@ impl<'a> Backend<'a> {
 
     pub fn device(&self) -> Device {
         match self {
-            Backend::Cpu(_) => Device::Cpu,
+            Backend::Cpu(_) | Backend::CpuBf16(_) => Device::Cpu,
             #[cfg(feature = "cuda")]
             Backend::Cuda(_) => Device::Cuda,
         }
@@ -145,6 +162,9 @@ impl<'a> Backend<'a> {
     pub fn describe(&self) -> String {
         match self {
             Backend::Cpu(_) => format!("cpu ({} threads, f32)", rayon::current_num_threads()),
+            Backend::CpuBf16(_) => {
+                format!("cpu ({} threads, bf16)", rayon::current_num_threads())
+            }
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => gpu.describe(),
         }

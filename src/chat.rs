@@ -16,11 +16,12 @@ use crate::cache::{KvBytes, KvStore};
 use crate::error::{Error, Result};
 use crate::generate::{check_request, generate_with, Decoder, GenerateOptions, Generation};
 use crate::model::{KvSource, Model};
+use crate::simd::WeightElem;
 use serde::Serialize;
 
-/// A conversation's cache, and the token ids it holds.
-pub struct ChatSession<'a> {
-    model: &'a Model,
+/// A conversation's cache, and the token ids it holds; weights of element type `E`.
+pub struct ChatSession<'a, E: WeightElem = f32> {
+    model: &'a Model<E>,
     cache: Box<dyn KvStore + 'a>,
     /// The ids of positions `0..cache.len()`.
     cached: Vec<u32>,
@@ -37,9 +38,9 @@ pub struct Turn {
     pub generation: Generation,
 }
 
-impl<'a> ChatSession<'a> {
+impl<'a, E: WeightElem> ChatSession<'a, E> {
     /// A conversation on `model` whose K and V live in `cache` (any layout).
-    pub fn new(model: &'a Model, cache: Box<dyn KvStore + 'a>) -> ChatSession<'a> {
+    pub fn new(model: &'a Model<E>, cache: Box<dyn KvStore + 'a>) -> ChatSession<'a, E> {
         ChatSession {
             model,
             cache,
@@ -84,14 +85,14 @@ impl<'a> ChatSession<'a> {
 
 // ANCHOR: resume
 /// A decoder whose prefill starts from what the cache already holds.
-struct Resume<'s> {
-    model: &'s Model,
+struct Resume<'s, E: WeightElem> {
+    model: &'s Model<E>,
     cache: &'s mut dyn KvStore,
     cached: &'s mut Vec<u32>,
     reused: usize,
 }
 
-impl Decoder for Resume<'_> {
+impl<E: WeightElem> Decoder for Resume<'_, E> {
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::limits::try_vec;
 use crate::model::{KvSource, Model};
 use crate::sampler::{Sampler, SamplerConfig};
+use crate::simd::WeightElem;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -36,12 +37,13 @@ pub trait Decoder {
 /// The naive path keeps the token ids, nothing else: every step is a prefill of
 /// the whole sequence. Step `t` costs about as much as a prompt of `t` tokens,
 /// and its attention is O(t²): O(N³) over a generation (book: naive-vs-cached.md).
-pub struct Naive<'a> {
-    pub model: &'a Model,
+/// `E` is the weights' element type (f32, or bf16: `Model::to_bf16`).
+pub struct Naive<'a, E: WeightElem = f32> {
+    pub model: &'a Model<E>,
     pub seq: Vec<u32>,
 }
 
-impl Decoder for Naive<'_> {
+impl<E: WeightElem> Decoder for Naive<'_, E> {
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
         self.seq = prompt.to_vec();
         self.model.forward(&self.seq, KvSource::ThisPass)
@@ -57,12 +59,12 @@ impl Decoder for Naive<'_> {
 
 /// The cached path keeps every layer's K and V: each step runs one token.
 /// `C` is the cache layout: preallocated [`PreallocatedCache`] unless told otherwise (`src/cache/`).
-pub struct Cached<'a, C: KvStore = PreallocatedCache> {
-    pub model: &'a Model,
+pub struct Cached<'a, C: KvStore = PreallocatedCache, E: WeightElem = f32> {
+    pub model: &'a Model<E>,
     pub cache: C,
 }
 
-impl<C: KvStore> Decoder for Cached<'_, C> {
+impl<C: KvStore, E: WeightElem> Decoder for Cached<'_, C, E> {
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
         self.model.forward(prompt, KvSource::Cache(&mut self.cache))
     }
@@ -124,7 +126,11 @@ pub struct Generation {
 }
 
 /// Checks a request against the model's context before any work is done.
-pub fn check_request(model: &Model, prompt: &[u32], max_new_tokens: usize) -> Result<()> {
+pub fn check_request<E: WeightElem>(
+    model: &Model<E>,
+    prompt: &[u32],
+    max_new_tokens: usize,
+) -> Result<()> {
     let max_seq_len = model.config.max_position_embeddings;
     if prompt.is_empty() {
         return Err(Error::EmptyPrompt);

@@ -105,6 +105,66 @@ fn compare_json_says_identical_with_a_speedup() {
 }
 
 #[test]
+fn bench_json_reports_dtype_threads_and_roof_fractions() {
+    let context = 8u64;
+    let r = json(&[
+        "bench",
+        "--random-weights",
+        "--dtype",
+        "bf16",
+        "--threads",
+        "1",
+        "--prefill",
+        "8",
+        "--contexts",
+        "8",
+        "--reps",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r["dtype"], "bf16");
+    assert_eq!(r["threads"], 1);
+    // SmolLM2 shape, bf16 matrices: 134,479,872 matrix weights (7 per layer x 30 layers,
+    // plus the tied LM head) at 2 bytes; 35,136 f32 norm weights, one f32 embedding row
+    // (576) and the f32 K and V of `context` positions (30 x 3 x 64 x 2 x 4 = 46,080 each).
+    let bytes = (2 * 134_479_872 + 4 * (35_136 + 576) + 46_080 * context) as f64;
+    assert_eq!(r["decode_bytes_per_token"].as_f64(), Some(bytes));
+    let positive = |v: &Value| v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0);
+    let prefill = &r["prefill"][0];
+    assert!(positive(&prefill["fraction_of_fma_peak"]), "{prefill}");
+    let peak = r["fma_peak_gflop_s"].as_f64().unwrap();
+    let f = prefill["gflop_s"].as_f64().unwrap() / peak;
+    assert!((prefill["fraction_of_fma_peak"].as_f64().unwrap() - f).abs() < 1e-9 * f);
+    let step = &r["steps"][0];
+    assert_eq!(step["cached_bytes_per_token"].as_f64(), Some(bytes));
+    assert!(positive(&step["fraction_of_bandwidth_roof"]), "{step}");
+    // The roof's tokens/s is the measured bandwidth over the bytes per token.
+    let roof = r["memory_gb_s"].as_f64().unwrap() * 1e9 / bytes;
+    let roof_tok_s = step["roof_tok_s"].as_f64().unwrap();
+    assert!(
+        (roof_tok_s - roof).abs() < 1e-9 * roof,
+        "{roof_tok_s} vs {roof}"
+    );
+}
+
+#[test]
+fn compare_in_bf16_keeps_the_paths_identical() {
+    let r = json(&[
+        "compare",
+        "--random-weights",
+        "--dtype",
+        "bf16",
+        "--prompt-len",
+        "24",
+        "--max-new-tokens",
+        "4",
+        "--json",
+    ]);
+    assert_eq!(r["identical"], true);
+    assert_eq!(r["naive"]["generated_ids"], r["cached"]["generated_ids"]);
+}
+
+#[test]
 fn bad_input_exits_with_a_message() {
     fails_with(
         &["generate", "--model", "/no/such/dir", "--prompt", "hi"],
@@ -136,6 +196,20 @@ fn bad_input_exits_with_a_message() {
     fails_with(
         &["kv-size", "--layers", "2", "--seq-len", "10"],
         "--kv-heads",
+    );
+    // --dtype is the CPU's weight format; the GPU's is --gpu-dtype.
+    fails_with(
+        &[
+            "generate",
+            "--random-weights",
+            "--prompt-len",
+            "4",
+            "--device",
+            "cuda",
+            "--dtype",
+            "bf16",
+        ],
+        "--gpu-dtype",
     );
     let dir = tempfile::tempdir().unwrap();
     let not_gguf = dir.path().join("model.gguf");

@@ -102,3 +102,37 @@ fn bf16_logits_stay_close_to_f32_and_paths_stay_bitwise_equal() {
     );
     assert!(max_diff < 2.0, "max logit difference {max_diff}");
 }
+
+/// `kvlab generate --json` on the real model with `--dtype`: (generated ids, text, stop reason).
+fn cli_generate(dtype: &str, prompt: &str) -> (Vec<u32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvlab"))
+        .args(["generate", "--model", MODEL_DIR, "--dtype", dtype, "--chat"])
+        .args(["--prompt", prompt, "--max-new-tokens", "32", "--json"])
+        .output()
+        .expect("the kvlab binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON object");
+    let text = r["text"].as_str().unwrap().to_string();
+    let stop = r["stop_reason"].as_str().unwrap().to_string();
+    (ids(&r["generated_ids"]), text, stop)
+}
+
+#[test]
+fn cli_bf16_answers_with_the_f32_greedy_tokens() {
+    if model().is_none() {
+        return;
+    }
+    let prompt = "What is the capital of France?";
+    let (f32_ids, f32_text, f32_stop) = cli_generate("f32", prompt);
+    let (bf16_ids, bf16_text, bf16_stop) = cli_generate("bf16", prompt);
+    // A short, confident answer: rounding the weights to bf16 moves the logits by a
+    // fraction of a unit (test above), not enough to flip any greedy choice here.
+    assert_eq!(bf16_ids, f32_ids, "bf16 {bf16_text:?} vs f32 {f32_text:?}");
+    assert_eq!(bf16_text, f32_text);
+    assert!(f32_text.contains("Paris"), "{f32_text:?}");
+    assert_eq!((f32_stop.as_str(), bf16_stop.as_str()), ("eos", "eos"));
+}

@@ -143,6 +143,10 @@ fn bad_speculative_input_is_one_line_and_exit_1() {
         "must be a whole number >= 1",
     );
     fails_with(
+        &gen(&["--speculative", "ngram", "--dtype", "bf16"]),
+        "--speculative verifies with f32 weights only",
+    );
+    fails_with(
         &gen(&["--speculative", "ngram", "--draft-len", "0"]),
         "draft length must be at least 1",
     );

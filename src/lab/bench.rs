@@ -1,12 +1,14 @@
 //! Measurements behind `kvlab bench` and `cargo bench` on the CPU: prefill throughput,
 //! per-token latency of both paths at a given context, and the memory bandwidth that
-//! bounds decode. Book: prefill-decode.md, roofline.md.
+//! bounds decode; each figure also as a fraction of its roof. Any weight format (`E`:
+//! f32, or bf16 from `Model::to_bf16`). Book: prefill-decode.md, roofline.md.
 
 use super::roof;
 use super::timing::{machine_name, median_ms, synthetic_prompt};
 use crate::cache::PreallocatedCache;
 use crate::error::{Error, Result};
 use crate::model::{KvSource, Model};
+use crate::simd::WeightElem;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -14,15 +16,15 @@ use std::time::Instant;
 /// One generation step at `context` tokens already seen, on each path.
 /// Naive: a forward pass over all `context + 1` tokens. Cached: a forward pass
 /// over one token, attending to `context` cached positions.
-pub struct StepBench<'a> {
-    model: &'a Model,
+pub struct StepBench<'a, E: WeightElem = f32> {
+    model: &'a Model<E>,
     seq: Vec<u32>,
     cache: PreallocatedCache,
 }
 
-impl<'a> StepBench<'a> {
+impl<'a, E: WeightElem> StepBench<'a, E> {
     /// Prefills a cache with `context` tokens, once.
-    pub fn new(model: &'a Model, context: usize) -> Result<StepBench<'a>> {
+    pub fn new(model: &'a Model<E>, context: usize) -> Result<StepBench<'a, E>> {
         let seq = synthetic_prompt(context + 1, model.config.vocab_size, 0);
         let mut cache = PreallocatedCache::new(&model.config, context + 1)?;
         model.forward_hidden(&seq[..context], &mut KvSource::Cache(&mut cache))?;
@@ -52,12 +54,44 @@ pub struct StepLatency {
     /// The cached step on the roofline: FLOP/byte ([`roof::decode_intensity`]) and FLOP/s.
     pub cached_intensity: f64,
     pub cached_gflop_s: f64,
+    /// Bytes the cached step reads ([`decode_bytes`]: weights in their format + KV).
+    pub cached_bytes_per_token: f64,
+    /// Those bytes over the step's time, over the measured bandwidth: how close the
+    /// cached step comes to the memory roof (1.0 = reading at the machine's full rate).
+    pub fraction_of_bandwidth_roof: f64,
+    /// The tokens/s the bandwidth roof allows at this context: bandwidth / bytes per token.
+    pub roof_tok_s: f64,
 }
 
-pub fn step_latency(model: &Model, context: usize, reps: usize) -> Result<StepLatency> {
+/// The two roofs, measured once per report: what every figure is a fraction of.
+#[derive(Debug, Clone, Copy)]
+pub struct Roofs {
+    /// Memory read bandwidth, bytes/s ([`memory_bandwidth`]).
+    pub bytes_per_s: f64,
+    /// f32 FMA peak, FLOP/s ([`roof::fma_peak`]).
+    pub flop_per_s: f64,
+}
+
+impl Roofs {
+    /// Measures both roofs on the current rayon pool.
+    pub fn measure() -> Roofs {
+        Roofs {
+            bytes_per_s: memory_bandwidth(),
+            flop_per_s: roof::fma_peak().gflop_s * 1e9,
+        }
+    }
+}
+
+pub fn step_latency<E: WeightElem>(
+    model: &Model<E>,
+    context: usize,
+    reps: usize,
+    roofs: &Roofs,
+) -> Result<StepLatency> {
     let mut b = StepBench::new(model, context)?;
     let naive_ms = median_ms(reps, || b.naive_step().map(drop))?;
     let cached_ms = median_ms(reps * 3, || b.cached_step().map(drop))?;
+    let bytes = decode_bytes(model, context);
     Ok(StepLatency {
         context,
         naive_ms,
@@ -65,6 +99,9 @@ pub fn step_latency(model: &Model, context: usize, reps: usize) -> Result<StepLa
         speedup: naive_ms / cached_ms,
         cached_intensity: roof::decode_intensity(model, context),
         cached_gflop_s: roof::decode_flops(model, context) / (cached_ms / 1e3) / 1e9,
+        cached_bytes_per_token: bytes,
+        fraction_of_bandwidth_roof: bytes / (cached_ms / 1e3) / roofs.bytes_per_s,
+        roof_tok_s: roofs.bytes_per_s / bytes,
     })
 }
 
@@ -79,9 +116,16 @@ pub struct Prefill {
     pub gflop_s: f64,
     /// FLOP/byte at the least traffic ([`roof::prefill_intensity`]): its roofline x.
     pub intensity: f64,
+    /// `gflop_s` over the measured f32 FMA peak: how close prefill comes to the compute roof.
+    pub fraction_of_fma_peak: f64,
 }
 
-pub fn prefill(model: &Model, prompt_len: usize, reps: usize) -> Result<Prefill> {
+pub fn prefill<E: WeightElem>(
+    model: &Model<E>,
+    prompt_len: usize,
+    reps: usize,
+    roofs: &Roofs,
+) -> Result<Prefill> {
     let prompt = synthetic_prompt(prompt_len, model.config.vocab_size, 0);
     let ttft_ms = median_ms(reps, || {
         let mut cache = PreallocatedCache::new(&model.config, prompt_len)?;
@@ -89,12 +133,14 @@ pub fn prefill(model: &Model, prompt_len: usize, reps: usize) -> Result<Prefill>
             .forward(&prompt, KvSource::Cache(&mut cache))
             .map(drop)
     })?;
+    let flop_s = prefill_flops(model, prompt_len) / (ttft_ms / 1e3);
     Ok(Prefill {
         prompt_len,
         ttft_ms,
         tok_s: prompt_len as f64 / (ttft_ms / 1e3),
-        gflop_s: prefill_flops(model, prompt_len) / (ttft_ms / 1e3) / 1e9,
+        gflop_s: flop_s / 1e9,
         intensity: roof::prefill_intensity(model, prompt_len),
+        fraction_of_fma_peak: flop_s / roofs.flop_per_s,
     })
 }
 
@@ -102,7 +148,7 @@ pub fn prefill(model: &Model, prompt_len: usize, reps: usize) -> Result<Prefill>
 /// FLOPs of a prefill of `n` tokens: 2 per weight per token in the layers
 /// (multiply + add), the LM head for the last token only, and attention's
 /// `q·k` and `p·v` (2 x 2 x head_dim per query head per (query, key) pair, causal).
-pub fn prefill_flops(model: &Model, n: usize) -> f64 {
+pub fn prefill_flops<E: WeightElem>(model: &Model<E>, n: usize) -> f64 {
     let c = &model.config;
     let lm_head = model.lm_head.len();
     let untied_head = if model.tied_embeddings { 0 } else { lm_head };
@@ -114,20 +160,16 @@ pub fn prefill_flops(model: &Model, n: usize) -> f64 {
     2.0 * layer_weights * n as f64 + 2.0 * lm_head as f64 + attention
 }
 
-/// Bytes a cached decode step must read from memory: every weight once
-/// (the embedding only for one row, the LM head whole) plus the K and V of
+/// Bytes a cached decode step must read from memory: every weight once, in the
+/// format it is stored in ([`roof::streamed_weight_bytes`]: 2 bytes a matrix weight in
+/// bf16, 4 in f32; the LM head whole), one f32 embedding row, and the f32 K and V of
 /// every cached position in every layer.
-pub fn decode_bytes(model: &Model, context: usize) -> f64 {
+pub fn decode_bytes<E: WeightElem>(model: &Model<E>, context: usize) -> f64 {
     let c = &model.config;
     let f32_bytes = 4.0;
-    let weights = (model.n_params() - model.embed.len() + c.hidden_size) as f64
-        + if model.tied_embeddings {
-            model.lm_head.len() as f64
-        } else {
-            0.0
-        };
+    let embed_row = c.hidden_size as f64;
     let kv = 2.0 * (c.num_hidden_layers * c.n_kv_heads() * c.head_dim() * context) as f64;
-    (weights + kv) * f32_bytes
+    roof::streamed_weight_bytes(model) + (embed_row + kv) * f32_bytes
 }
 // ANCHOR_END: roofline
 
@@ -166,9 +208,12 @@ fn lane_sum(values: &[f32]) -> f32 {
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     pub machine: String,
+    /// Rayon threads every figure (and both roofs) ran on.
     pub threads: usize,
     pub model: String,
     pub n_params: usize,
+    /// The weight matrices' format: "f32" or "bf16" (norms, biases, embedding: f32).
+    pub dtype: &'static str,
     pub prefill: Vec<Prefill>,
     pub steps: Vec<StepLatency>,
     /// Cached decode at the largest context: tokens/s.
@@ -186,7 +231,11 @@ pub struct BenchReport {
 
 /// Checks that every prefill length is at least 1 and every context fits the model
 /// with one more token.
-pub fn check_lengths(model: &Model, prefill_lens: &[usize], contexts: &[usize]) -> Result<()> {
+pub fn check_lengths<E: WeightElem>(
+    model: &Model<E>,
+    prefill_lens: &[usize],
+    contexts: &[usize],
+) -> Result<()> {
     let max_seq_len = model.config.max_position_embeddings;
     for (flag, lens) in [("--prefill", prefill_lens), ("--contexts", contexts)] {
         // `n >= max`, not `n + 1 > max`: a length near usize::MAX must not wrap.
@@ -200,22 +249,24 @@ pub fn check_lengths(model: &Model, prefill_lens: &[usize], contexts: &[usize]) 
     Ok(())
 }
 
-/// Runs the prefill and per-step measurements at the given lengths.
-pub fn run(
-    model: &Model,
+/// Runs the prefill and per-step measurements at the given lengths, on the current
+/// rayon pool (`kvlab bench --threads N` installs one of N threads).
+pub fn run<E: WeightElem>(
+    model: &Model<E>,
     model_name: &str,
     prefill_lens: &[usize],
     contexts: &[usize],
     reps: usize,
 ) -> Result<BenchReport> {
     check_lengths(model, prefill_lens, contexts)?;
+    let roofs = Roofs::measure();
     let prefill = prefill_lens
         .iter()
-        .map(|&n| self::prefill(model, n, reps))
+        .map(|&n| self::prefill(model, n, reps, &roofs))
         .collect::<Result<Vec<_>>>()?;
     let steps = contexts
         .iter()
-        .map(|&t| step_latency(model, t, reps))
+        .map(|&t| step_latency(model, t, reps, &roofs))
         .collect::<Result<Vec<_>>>()?;
     let last = steps.last().cloned();
     let (decode_tok_s, bytes, gb_s) = match &last {
@@ -225,12 +276,13 @@ pub fn run(
         }
         None => (0.0, 0.0, 0.0),
     };
-    let memory_gb_s = memory_bandwidth() / 1e9;
+    let memory_gb_s = roofs.bytes_per_s / 1e9;
     Ok(BenchReport {
         machine: machine_name(),
         threads: rayon::current_num_threads(),
         model: model_name.to_string(),
         n_params: model.n_params(),
+        dtype: E::NAME,
         prefill,
         steps,
         decode_tok_s,
@@ -238,6 +290,6 @@ pub fn run(
         decode_gb_s: gb_s,
         memory_gb_s,
         decode_roofline_fraction: gb_s / memory_gb_s,
-        fma_peak_gflop_s: roof::fma_peak().gflop_s,
+        fma_peak_gflop_s: roofs.flop_per_s / 1e9,
     })
 }

@@ -15,27 +15,47 @@
 
 use super::bench::{decode_bytes, prefill_flops};
 use crate::model::Model;
+use crate::simd::WeightElem;
 
 pub use super::peak::{fma_peak, fma_peak_with, FmaPeak};
 
 // ANCHOR: intensity
+/// Bytes of the weights every forward pass reads once, whatever its token count: the
+/// weight matrices (every layer's and the LM head) at `size_of::<E>()` bytes each — 4 in
+/// f32, 2 in bf16 — and the norms and biases, which stay f32. The embedding is not here:
+/// a pass reads only its tokens' rows of it.
+pub fn streamed_weight_bytes<E: WeightElem>(model: &Model<E>) -> f64 {
+    let f32_len = |v: &ndarray::Array1<f32>| v.len();
+    let bias_len = |b: &Option<ndarray::Array1<f32>>| b.as_ref().map_or(0, f32_len);
+    let (mut matrices, mut vectors) = (model.lm_head.len(), model.final_norm.len());
+    for l in &model.layers {
+        matrices += [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
+            .iter()
+            .map(|w| w.len())
+            .sum::<usize>();
+        vectors += f32_len(&l.attn_norm)
+            + f32_len(&l.mlp_norm)
+            + bias_len(&l.bq)
+            + bias_len(&l.bk)
+            + bias_len(&l.bv);
+    }
+    (matrices * std::mem::size_of::<E>() + vectors * 4) as f64
+}
+
 /// Bytes a prefill of `n` tokens must move at the least: every layer weight and the LM
 /// head read once (however many tokens use them), `n` embedding rows read, and the K
 /// and V of `n` positions written. Real kernels move more (tiles of the weights are
 /// read again for each block of tokens): the intensity from this count is an upper bound.
-pub fn prefill_bytes(model: &Model, n: usize) -> f64 {
+pub fn prefill_bytes<E: WeightElem>(model: &Model<E>, n: usize) -> f64 {
     let c = &model.config;
-    let lm_head = model.lm_head.len();
-    let untied_head = if model.tied_embeddings { 0 } else { lm_head };
-    let layer_weights = model.n_params() - model.embed.len() - untied_head;
     let embed_rows = n * c.hidden_size;
     let kv_written = 2 * c.num_hidden_layers * c.n_kv_heads() * c.head_dim() * n;
-    4.0 * (layer_weights + lm_head + embed_rows + kv_written) as f64
+    streamed_weight_bytes(model) + 4.0 * (embed_rows + kv_written) as f64
 }
 
 /// FLOPs of one cached decode step at `context` cached positions: 2 per weight (the
 /// layers and the LM head), and attention's `q·k` and `p·v` over `context + 1` positions.
-pub fn decode_flops(model: &Model, context: usize) -> f64 {
+pub fn decode_flops<E: WeightElem>(model: &Model<E>, context: usize) -> f64 {
     // A prefill of one token is a decode step at context 0; each cached position adds
     // the attention of one (query, key) pair: 4 x head_dim per query head per layer.
     let c = &model.config;
@@ -44,12 +64,12 @@ pub fn decode_flops(model: &Model, context: usize) -> f64 {
 }
 
 /// Arithmetic intensity (FLOP/byte) of a prefill of `n` tokens.
-pub fn prefill_intensity(model: &Model, n: usize) -> f64 {
+pub fn prefill_intensity<E: WeightElem>(model: &Model<E>, n: usize) -> f64 {
     prefill_flops(model, n) / prefill_bytes(model, n)
 }
 
 /// Arithmetic intensity (FLOP/byte) of one cached decode step at `context`.
-pub fn decode_intensity(model: &Model, context: usize) -> f64 {
+pub fn decode_intensity<E: WeightElem>(model: &Model<E>, context: usize) -> f64 {
     decode_flops(model, context) / decode_bytes(model, context)
 }
 // ANCHOR_END: intensity
@@ -79,5 +99,31 @@ mod tests {
             let i = decode_intensity(&model, t);
             assert!(i > 0.4 && i < 0.6, "context {t}: {i}");
         }
+    }
+
+    #[test]
+    fn bf16_weights_halve_the_weight_bytes() {
+        let model = Model::random(Config::smollm2_135m(), 0).unwrap();
+        let half = model.to_bf16();
+        let (full_w, half_w) = (streamed_weight_bytes(&model), streamed_weight_bytes(&half));
+        // Every matrix at 2 bytes instead of 4; the f32 norms (35,136 numbers next to
+        // 134 M matrix weights) keep the ratio a hair above one half: 0.5 + 0.5 x 35,136 / 134.5 M.
+        let ratio = half_w / full_w;
+        assert!(ratio > 0.5 && ratio < 0.5002, "{ratio}");
+        // The f32 parts are the same in both: the difference is exactly 2 bytes a matrix weight.
+        let matrix_weights = (model.n_params() - model.embed.len() + model.lm_head.len()
+            - (model.layers.len() * 2 + 1) * model.config.hidden_size)
+            as f64;
+        assert_eq!(full_w - half_w, 2.0 * matrix_weights);
+        // Decode reads the embedding row and the KV cache in f32 in both formats.
+        for t in [0, 512] {
+            assert_eq!(
+                decode_bytes(&model, t) - decode_bytes(&half, t),
+                full_w - half_w
+            );
+        }
+        // One token per weight read: 2 FLOPs per 2 bytes in bf16, intensity near 1.
+        let i = decode_intensity(&half, 0);
+        assert!(i > 0.95 && i < 1.0, "{i}");
     }
 }

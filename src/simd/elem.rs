@@ -10,6 +10,9 @@ use half::bf16;
 
 /// A weight element: f32 as loaded, or bf16 (half the bytes).
 pub trait WeightElem: Copy + Send + Sync + 'static {
+    /// The format's name in reports ("f32", "bf16").
+    const NAME: &'static str;
+
     /// The exact f32 value of this weight.
     fn to_f32(self) -> f32;
 
@@ -29,6 +32,8 @@ pub trait WeightElem: Copy + Send + Sync + 'static {
 }
 
 impl WeightElem for f32 {
+    const NAME: &'static str = "f32";
+
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self
@@ -50,6 +55,8 @@ impl WeightElem for f32 {
 }
 
 impl WeightElem for bf16 {
+    const NAME: &'static str = "bf16";
+
     /// `bits << 16`: exact (what `half::bf16::to_f32` does too, spelled out).
     #[inline(always)]
     fn to_f32(self) -> f32 {

@@ -4,9 +4,9 @@
 
 use crate::checks::in_range;
 use clap::{Args, ValueEnum};
-use kvlab::backend::CacheLayout;
+use kvlab::backend::{Backend, CacheLayout};
 use kvlab::cache::{CacheKind, DEFAULT_BLOCK_SIZE};
-use kvlab::device::{Device, GpuDtype};
+use kvlab::device::{Device, GpuDtype, WeightDtype};
 use kvlab::error::{Error, Result};
 use kvlab::generate::PathKind;
 use kvlab::kv_size::KvDtype;
@@ -178,6 +178,46 @@ pub struct DeviceArgs {
     /// Weight format on the GPU (with --device cuda).
     #[arg(long, value_enum, default_value_t = GpuDtypeArg::Bf16)]
     pub gpu_dtype: GpuDtypeArg,
+    #[command(flatten)]
+    pub weights: DtypeArgs,
+}
+
+impl DeviceArgs {
+    /// The CPU's weight format. `--dtype` is the CPU's flag; the GPU's is `--gpu-dtype`
+    /// (with its own default), so `--dtype` with `--device cuda` is refused, not guessed.
+    pub fn cpu_dtype(&self) -> Result<WeightDtype> {
+        match (self.device, self.weights.dtype) {
+            (DeviceArg::Cuda, Some(_)) => Err(Error::InvalidArgument(
+                "--dtype sets the CPU's weight format: with --device cuda use --gpu-dtype f32|bf16"
+                    .into(),
+            )),
+            _ => Ok(self.weights.dtype()),
+        }
+    }
+
+    /// `model` ready on `--device`, its weights in `--dtype` (CPU) or `--gpu-dtype` (GPU).
+    pub fn backend<'a>(&self, model: &'a Model) -> Result<Backend<'a>> {
+        let dtype = self.cpu_dtype()?;
+        match self.device {
+            DeviceArg::Cpu => Ok(Backend::cpu(model, dtype)),
+            DeviceArg::Cuda => Backend::new(Device::Cuda, model, self.gpu_dtype.into()),
+        }
+    }
+}
+
+/// `--dtype`: the weight matrices' format on the CPU.
+#[derive(Args, Clone, Copy)]
+pub struct DtypeArgs {
+    /// Weight format on the CPU: f32 as loaded, or bf16 (each weight rounded: half the
+    /// bytes for decode to read; the arithmetic stays f32). Default f32.
+    #[arg(long, value_enum)]
+    pub dtype: Option<WeightDtypeArg>,
+}
+
+impl DtypeArgs {
+    pub fn dtype(&self) -> WeightDtype {
+        self.dtype.map_or(WeightDtype::F32, Into::into)
+    }
 }
 
 /// Positions per block of the paged layouts: one flag, one range check, everywhere.
@@ -256,6 +296,23 @@ impl From<GpuDtypeArg> for GpuDtype {
         match d {
             GpuDtypeArg::F32 => GpuDtype::F32,
             GpuDtypeArg::Bf16 => GpuDtype::Bf16,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum WeightDtypeArg {
+    /// As loaded: the reference numbers.
+    F32,
+    /// Rounded to bf16: half the bytes per weight, f32 arithmetic.
+    Bf16,
+}
+
+impl From<WeightDtypeArg> for WeightDtype {
+    fn from(d: WeightDtypeArg) -> WeightDtype {
+        match d {
+            WeightDtypeArg::F32 => WeightDtype::F32,
+            WeightDtypeArg::Bf16 => WeightDtype::Bf16,
         }
     }
 }

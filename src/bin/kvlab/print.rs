@@ -259,43 +259,58 @@ pub fn kv_size(r: &KvSizeReport) {
 /// `kvlab bench` on the CPU.
 pub fn bench(r: &BenchReport) {
     outln!(
-        "kvlab bench — {} ({} params) on {}",
+        "kvlab bench — {} ({} params, {} weights) on {}",
         r.model,
         r.n_params,
+        r.dtype,
         r.machine
+    );
+    outln!(
+        "roofs: {:.1} GFLOP/s f32 FMA peak, {:.1} GB/s memory read ({} threads)",
+        r.fma_peak_gflop_s,
+        r.memory_gb_s,
+        r.threads
     );
     outln!("\nprefill (预填充): the whole prompt in one pass — compute-bound");
     outln!(
-        "{:>8} {:>10} {:>10} {:>9}",
+        "{:>8} {:>10} {:>10} {:>9} {:>8}",
         "prompt",
         "TTFT ms",
         "tok/s",
-        "GFLOP/s"
+        "GFLOP/s",
+        "of peak"
     );
     for p in &r.prefill {
         outln!(
-            "{:>8} {:>10.1} {:>10.1} {:>9.1}",
+            "{:>8} {:>10.1} {:>10.1} {:>9.1} {:>7.0}%",
             p.prompt_len,
             p.ttft_ms,
             p.tok_s,
-            p.gflop_s
+            p.gflop_s,
+            100.0 * p.fraction_of_fma_peak
         );
     }
     outln!("\nper-token latency (解码 decode) at a given context: naive recompute vs KV cache");
     outln!(
-        "{:>8} {:>12} {:>12} {:>9}",
+        "{:>8} {:>12} {:>12} {:>9} {:>10} {:>8} {:>11}",
         "context",
         "naive ms",
         "cached ms",
-        "speedup"
+        "speedup",
+        "MB/token",
+        "of roof",
+        "roof tok/s"
     );
     for s in &r.steps {
         outln!(
-            "{:>8} {:>12.1} {:>12.2} {:>8.1}x",
+            "{:>8} {:>12.1} {:>12.2} {:>8.1}x {:>10.1} {:>7.0}% {:>11.1}",
             s.context,
             s.naive_ms,
             s.cached_ms,
-            s.speedup
+            s.speedup,
+            s.cached_bytes_per_token / 1e6,
+            100.0 * s.fraction_of_bandwidth_roof,
+            s.roof_tok_s
         );
     }
     outln!(

@@ -1,10 +1,13 @@
 //! `kvlab bench` (CPU, or the GPU roofline with `--device cuda`) and `kvlab bench-cache`.
+//! On the CPU, `--dtype bf16` measures the same model with bf16 weights and `--threads N`
+//! on a pool of N threads (thread scaling: run it at 1, then 2).
 
 use crate::args::{BlockSizeArgs, DeviceArg, DeviceArgs, JsonArgs, ModelArgs};
 use crate::checks::{in_range, MAX_REPS};
 use crate::print;
 use clap::Args;
-use kvlab::error::Result;
+use kvlab::device::WeightDtype;
+use kvlab::error::{Error, Result};
 use kvlab::lab;
 
 #[derive(Args)]
@@ -20,6 +23,9 @@ pub struct BenchArgs {
     /// Timed repetitions per figure (the median is reported; CPU).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// Threads to measure with, roofs included (CPU; default: all cores, or RAYON_NUM_THREADS).
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub threads: Option<usize>,
     /// With --device cuda: prefill, decode and naive step on the GPU, each matmul kernel,
     /// against the memory-bandwidth roofline.
     #[command(flatten)]
@@ -51,18 +57,27 @@ pub struct BenchCacheArgs {
 
 pub fn bench(args: BenchArgs) -> Result<()> {
     in_range("--reps", args.reps, 1, MAX_REPS, "timed repetitions")?;
+    let dtype = args.device.cpu_dtype()?;
     let loaded = args.model.load(0, false)?;
     lab::bench::check_lengths(&loaded.model, &args.prefill, &args.contexts)?;
     if args.device.device == DeviceArg::Cuda {
         return gpu_bench(&args, &loaded);
     }
-    let report = lab::bench::run(
-        &loaded.model,
-        &loaded.name,
-        &args.prefill,
-        &args.contexts,
-        args.reps,
-    )?;
+    let (model, name) = (&loaded.model, &loaded.name);
+    let (prefill, contexts) = (&args.prefill, &args.contexts);
+    let measure = || match dtype {
+        WeightDtype::F32 => lab::bench::run(model, name, prefill, contexts, args.reps),
+        WeightDtype::Bf16 => lab::bench::run(&model.to_bf16(), name, prefill, contexts, args.reps),
+    };
+    let report = match args.threads {
+        // Every parallel region (and both roofs) runs on the pool `install` enters.
+        Some(n) => rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .map_err(|e| Error::InvalidArgument(format!("--threads {n}: {e}")))?
+            .install(measure)?,
+        None => measure()?,
+    };
     if args.out.json {
         return print::json(&report);
     }

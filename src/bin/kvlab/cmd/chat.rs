@@ -1,15 +1,17 @@
 //! `kvlab chat`: a conversation that keeps its KV cache between turns (book: multi-turn.md).
 
-use crate::args::{CacheArgs, SamplingArgs, DEFAULT_MODEL};
+use crate::args::{CacheArgs, DtypeArgs, SamplingArgs, DEFAULT_MODEL};
 use crate::checks::at_least;
 use crate::print;
 use clap::Args;
 use kvlab::cache::{new_store, CacheKind};
 use kvlab::chat::ChatSession;
+use kvlab::device::WeightDtype;
 use kvlab::error::{Error, Result};
 use kvlab::generate::{GenerateOptions, PathKind};
-use kvlab::loader;
+use kvlab::simd::WeightElem;
 use kvlab::tokenizer::{Message, TextStream, Tokenizer};
+use kvlab::{loader, Model};
 use serde::Serialize;
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
@@ -34,6 +36,8 @@ pub struct ChatArgs {
     pub no_reuse: bool,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub weights: DtypeArgs,
     /// One JSON object per turn, one per line, instead of text.
     #[arg(long)]
     pub json: bool,
@@ -68,10 +72,18 @@ pub fn chat(args: ChatArgs) -> Result<()> {
         )));
     }
     let model = loader::load_model(&args.model)?;
+    match args.weights.dtype() {
+        WeightDtype::F32 => converse(&args, &tokenizer, &model),
+        WeightDtype::Bf16 => converse(&args, &tokenizer, &model.to_bf16()),
+    }
+}
+
+/// The conversation loop, on weights of element type `E` (`--dtype`).
+fn converse<E: WeightElem>(args: &ChatArgs, tokenizer: &Tokenizer, model: &Model<E>) -> Result<()> {
     let capacity = args.max_context.min(model.config.max_position_embeddings);
     let layout = args.cache.layout();
     let new_cache = || new_store(&model.config, layout.kind, capacity, layout.block_size);
-    let mut session = ChatSession::new(&model, new_cache()?);
+    let mut session = ChatSession::new(model, new_cache()?);
     let opts = GenerateOptions {
         max_new_tokens: args.max_new_tokens,
         path: PathKind::Cached,
@@ -130,12 +142,12 @@ pub fn chat(args: ChatArgs) -> Result<()> {
             )));
         }
         if args.no_reuse {
-            session = ChatSession::new(&model, new_cache()?);
+            session = ChatSession::new(model, new_cache()?);
         }
         if interactive {
             eprint!("assistant> ");
         }
-        let mut stream = TextStream::new(&tokenizer);
+        let mut stream = TextStream::new(tokenizer);
         let turn = session.turn(&ids, &opts, |token| {
             if args.json || opts.eos_ids.contains(&token) {
                 return;

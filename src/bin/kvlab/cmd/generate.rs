@@ -107,11 +107,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         args.path.into(),
     );
     check_request(model, &prompt_ids, opts.max_new_tokens)?;
-    let backend = Backend::new(
-        args.device.device.into(),
-        model,
-        args.device.gpu_dtype.into(),
-    )?;
+    let backend = args.device.backend(model)?;
     let layout = args.cache.layout();
     let mut decoder = backend.decoder(opts.path, layout, prompt_ids.len(), opts.max_new_tokens)?;
     let json = args.out.json;
@@ -157,11 +153,7 @@ pub fn compare(args: CompareArgs) -> Result<()> {
         model,
         PathKind::Cached,
     );
-    let backend = Backend::new(
-        args.device.device.into(),
-        model,
-        args.device.gpu_dtype.into(),
-    )?;
+    let backend = args.device.backend(model)?;
     run_compare(
         &backend,
         model,
@@ -207,11 +199,7 @@ pub fn demo(args: DemoArgs) -> Result<()> {
             vec![]
         },
     };
-    let backend = Backend::new(
-        args.device.device.into(),
-        &model,
-        args.device.gpu_dtype.into(),
-    )?;
+    let backend = args.device.backend(&model)?;
     run_compare(
         &backend,
         &model,

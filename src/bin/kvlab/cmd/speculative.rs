@@ -4,11 +4,13 @@
 
 use super::generate::{options, visible_text, CompareArgs, GenerateArgs};
 use crate::args::{
-    CacheArgs, DeviceArg, JsonArgs, ModelArgs, PathArg, PromptArgs, SamplingArgs, SpecArgs,
+    CacheArgs, DeviceArg, DeviceArgs, JsonArgs, ModelArgs, PathArg, PromptArgs, SamplingArgs,
+    SpecArgs,
 };
 use crate::print;
 use clap::Args;
 use kvlab::cache::new_store;
+use kvlab::device::WeightDtype;
 use kvlab::error::{Error, Result};
 use kvlab::generate::{check_request, PathKind};
 use kvlab::lab;
@@ -59,7 +61,7 @@ pub struct SpecSweepArgs {
 
 /// The drafter `--speculative` names, and a clear error for what speculative decoding
 /// does not run on. Checked before the model loads.
-fn drafter_spec(spec: &SpecArgs, path: PathArg, device: DeviceArg) -> Result<DrafterSpec> {
+fn drafter_spec(spec: &SpecArgs, path: PathArg, device: &DeviceArgs) -> Result<DrafterSpec> {
     let name = spec.speculative.as_deref().unwrap_or("ngram");
     let drafter: DrafterSpec = name.parse()?;
     if matches!(path, PathArg::Naive) {
@@ -67,9 +69,14 @@ fn drafter_spec(spec: &SpecArgs, path: PathArg, device: DeviceArg) -> Result<Dra
             "--speculative verifies drafts on top of a KV cache: it has no naive path (drop --path naive)".into(),
         ));
     }
-    if device == DeviceArg::Cuda {
+    if device.device == DeviceArg::Cuda {
         return Err(Error::InvalidArgument(
             "--speculative runs on the CPU only (the GPU verify pass is not written yet): drop --device cuda".into(),
+        ));
+    }
+    if device.cpu_dtype()? != WeightDtype::F32 {
+        return Err(Error::InvalidArgument(
+            "--speculative verifies with f32 weights only (for a bf16 draft of the f32 model use --speculative bf16): drop --dtype".into(),
         ));
     }
     Ok(drafter)
@@ -98,7 +105,7 @@ fn spec_options(
 /// `kvlab generate --speculative DRAFTER [--draft-len K]`: streams the tokens as rounds
 /// emit them, then the usual figures and the drafter's (acceptance, tokens per pass).
 pub fn generate(args: GenerateArgs) -> Result<()> {
-    let spec = drafter_spec(&args.spec, args.path, args.device.device)?;
+    let spec = drafter_spec(&args.spec, args.path, &args.device)?;
     let loaded = args.model.load(args.sampling.seed, true)?;
     let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
     let prompt_ids = args.prompt.token_ids(tokenizer, &model.config)?;
@@ -145,7 +152,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
 /// `kvlab compare --speculative DRAFTER`: plain cached vs speculative on the same
 /// request. Greedy: the tokens must be identical (exit 1 if not).
 pub fn compare(args: CompareArgs) -> Result<()> {
-    let spec = drafter_spec(&args.spec, PathArg::Cached, args.device.device)?;
+    let spec = drafter_spec(&args.spec, PathArg::Cached, &args.device)?;
     let loaded = args.model.load(args.sampling.seed, true)?;
     let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
     let prompt_ids = args.prompt.token_ids(tokenizer, &model.config)?;
