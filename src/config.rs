@@ -71,7 +71,7 @@ fn default_model_type() -> String {
 impl Config {
     /// Reads and validates `config.json`: a regular file of at most
     /// [`limits::MAX_JSON_BYTES`], describing a Llama-family model whose sizes are
-    /// inside [`limits::check_shape`]'s bounds.
+    /// inside [`check_shape`]'s bounds.
     pub fn from_file(path: &Path) -> Result<Config> {
         let text = limits::read_text_capped(path, limits::MAX_JSON_BYTES, "config.json")?;
         let bad = |msg: String| Error::Config {
@@ -108,7 +108,7 @@ impl Config {
         }
     }
 
-    /// Checks every size against kvlab's bounds ([`limits::check_shape`]), then the
+    /// Checks every size against kvlab's bounds ([`check_shape`]), then the
     /// relations between the sizes that the forward pass relies on.
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(Error::InvalidConfig(msg));
@@ -126,7 +126,7 @@ impl Config {
                 return bad(format!("{name} is 0"));
             }
         }
-        limits::check_shape(self)?;
+        check_shape(self)?;
         let (n_heads, n_kv_heads) = (self.num_attention_heads, self.n_kv_heads());
         if !n_heads.is_multiple_of(n_kv_heads) {
             return bad(format!(
@@ -227,5 +227,112 @@ fn check_architecture(json: &serde_json::Value) -> std::result::Result<(), Strin
         other => Err(format!(
             "`architectures` is {other}, not a list of class names"
         )),
+    }
+}
+
+// ANCHOR: check_shape
+/// Checks every dimension of `c` against kvlab's bounds. Runs before any other
+/// check multiplies two of them, so nothing after it can overflow.
+pub fn check_shape(c: &Config) -> Result<()> {
+    let bounds = [
+        ("num_hidden_layers", c.num_hidden_layers, limits::MAX_LAYERS),
+        (
+            "num_attention_heads",
+            c.num_attention_heads,
+            limits::MAX_HEADS,
+        ),
+        ("num_key_value_heads", c.n_kv_heads(), limits::MAX_HEADS),
+        ("hidden_size", c.hidden_size, limits::MAX_HIDDEN),
+        (
+            "intermediate_size",
+            c.intermediate_size,
+            limits::MAX_INTERMEDIATE,
+        ),
+        ("vocab_size", c.vocab_size, limits::MAX_VOCAB),
+        (
+            "max_position_embeddings",
+            c.max_position_embeddings,
+            limits::MAX_CONTEXT,
+        ),
+        // Last: when absent it derives from hidden_size, which is then the one to name.
+        ("head_dim", c.head_dim(), limits::MAX_HEAD_DIM),
+    ];
+    for (name, value, max) in bounds {
+        if value > max {
+            return Err(Error::InvalidConfig(format!(
+                "{name} is {value}, above kvlab's limit of {max} (far beyond any Llama-family model): the config is corrupt"
+            )));
+        }
+    }
+    Ok(())
+}
+// ANCHOR_END: check_shape
+
+/// The weights `c` needs (embedding, every layer's projections and norms, the final
+/// norm, and the LM head unless tied), in checked arithmetic. Biases are optional and
+/// not counted: this is a lower bound on what the weight files must hold.
+pub fn min_params(c: &Config) -> Result<u64> {
+    let overflow = || {
+        Error::InvalidConfig(format!(
+            "the shape in config.json ({} layers, hidden {}, vocab {}) overflows a parameter count",
+            c.num_hidden_layers, c.hidden_size, c.vocab_size
+        ))
+    };
+    let m = |a: usize, b: usize| (a as u64).checked_mul(b as u64).ok_or_else(overflow);
+    let dim = c.hidden_size;
+    let q_dim = c
+        .num_attention_heads
+        .checked_mul(c.head_dim())
+        .ok_or_else(overflow)?;
+    let kv_dim = c
+        .n_kv_heads()
+        .checked_mul(c.head_dim())
+        .ok_or_else(overflow)?;
+    let per_layer = [
+        m(2, dim)?,                                   // two RMSNorm weights
+        m(dim, q_dim)?,                               // W_q
+        m(2, m(dim, kv_dim)? as usize)?,              // W_k, W_v
+        m(q_dim, dim)?,                               // W_o
+        m(3, m(dim, c.intermediate_size)? as usize)?, // gate, up, down
+    ]
+    .into_iter()
+    .try_fold(0u64, |acc, x| acc.checked_add(x))
+    .ok_or_else(overflow)?;
+    let embed = m(c.vocab_size, dim)?;
+    let heads = if c.tie_word_embeddings { 0 } else { embed };
+    per_layer
+        .checked_mul(c.num_hidden_layers as u64)
+        .and_then(|x| x.checked_add(embed))
+        .and_then(|x| x.checked_add(heads))
+        .and_then(|x| x.checked_add(dim as u64))
+        .ok_or_else(overflow)
+}
+
+/// The fewest bytes of tensor data that can hold `c`'s weights: kvlab reads
+/// F32, BF16 and F16, so at least 2 bytes a parameter.
+pub fn min_weight_bytes(c: &Config) -> Result<u64> {
+    min_params(c)?
+        .checked_mul(2)
+        .ok_or_else(|| Error::InvalidConfig("the parameter count overflows".into()))
+}
+
+#[cfg(test)]
+mod shape_tests {
+    use super::*;
+
+    #[test]
+    fn smollm2_is_inside_every_bound_and_its_size_is_exact() {
+        let c = Config::smollm2_135m();
+        check_shape(&c).unwrap();
+        // 134,515,008 parameters (Hugging Face's count for SmolLM2-135M, tied head).
+        assert_eq!(min_params(&c).unwrap(), 134_515_008);
+    }
+
+    #[test]
+    fn one_dimension_past_its_bound_is_named() {
+        let mut c = Config::smollm2_135m();
+        c.num_hidden_layers = 1 << 40;
+        let err = check_shape(&c).unwrap_err().to_string();
+        assert!(err.contains("num_hidden_layers is 1099511627776"), "{err}");
     }
 }

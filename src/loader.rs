@@ -50,7 +50,7 @@ impl WeightFiles {
         for path in &files {
             total = total.saturating_add(check_safetensors_size(path)?);
         }
-        let needed = limits::min_weight_bytes(config)?;
+        let needed = crate::config::min_weight_bytes(config)?;
         if total < needed {
             return Err(Error::InvalidConfig(format!(
                 "config.json describes {} layers, hidden {}, vocab {}: at least {needed} bytes of weights, \

@@ -4,7 +4,7 @@
 //!
 //! The rule (src/lib.rs): the library computes and returns `Serialize` reports; this
 //! binary parses arguments (`args.rs`, one shared group per concern), calls the library
-//! (`cmd/`), and prints a text table (`print.rs`) or, with `--json`, the report itself.
+//! (`cmd/`), and prints a text table (`print/`) or, with `--json`, the report itself.
 //!
 //! Weights: every command that runs a model takes `--model DIR` (default
 //! models/smollm2-135m-instruct) or `--random-weights` (seeded weights of SmolLM2-135M's

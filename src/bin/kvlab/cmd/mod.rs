@@ -1,5 +1,5 @@
 //! One file per command family; each parses nothing (clap did) and prints through
-//! `print.rs`.
+//! `print/`.
 
 pub mod attention;
 pub mod bench;
