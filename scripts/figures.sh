@@ -12,6 +12,9 @@
 # part, on purpose). Run it on an otherwise idle machine: anything else running shows up
 # in the timings. Bigger runs through the variables below, e.g.
 #   PREFILL=16,64,256,1024 CONTEXTS=16,64,256,1024 REPS=5 bash scripts/figures.sh
+# Only some of the experiments (by the name of their data file, comma-separated), then
+# every figure whose data is there is redrawn:
+#   ONLY=spec_sweep bash scripts/figures.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -30,6 +33,10 @@ CAPACITY_BUDGETS=${CAPACITY_BUDGETS:-64MiB 128MiB 256MiB 512MiB 1GiB 2GiB 4GiB}
 ATTENTION_PROMPT=${ATTENTION_PROMPT:-The cat sat on the mat because it was tired. The dog slept on the rug because it was cold.}
 ATTENTION_LAYER=${ATTENTION_LAYER:-3}
 ATTENTION_HEAD=${ATTENTION_HEAD:-0}
+SPEC_DRAFTERS=${SPEC_DRAFTERS:-ngram,early-exit:20,bf16}
+SPEC_DRAFT_LENS=${SPEC_DRAFT_LENS:-1,2,4,8}
+SPEC_NEW=${SPEC_NEW:-48}
+ONLY=${ONLY:-}
 OUT=${OUT:-book/src/figures}
 DATA=$OUT/data
 
@@ -52,6 +59,18 @@ quote() {
     printf '%s' "$quoted"
 }
 
+# selected NAME: whether ONLY is empty or names NAME, or a prefix of it before "_"
+# (ONLY=spec_sweep selects spec_sweep_fix_typos and spec_sweep_story).
+selected() {
+    [[ -z $ONLY ]] && return 0
+    local want wanted
+    IFS=, read -ra wanted <<< "$ONLY"
+    for want in "${wanted[@]}"; do
+        [[ $1 == "$want" || $1 == "$want"_* ]] && return 0
+    done
+    return 1
+}
+
 # measure FILE [< STDIN] -- ARGS...: runs kvlab ARGS, saves stdout as $DATA/FILE and the
 # command as $DATA/NAME.cmd (appending with APPEND=1: several runs into one .jsonl).
 measure() {
@@ -60,6 +79,7 @@ measure() {
     if [[ $1 == "<" ]]; then stdin=$2; shift 2; fi
     shift # --
     local name=${file%%.*} cmd
+    if ! selected "$name"; then return 0; fi
     cmd=$(quote "$@")
     [[ $stdin != /dev/null ]] && cmd+=" < $stdin"
     echo "+ $cmd"
@@ -87,7 +107,7 @@ measure generate.json -- generate --model "$MODEL" --chat --prompt "Explain in a
 # The same request in every cache layout (its own CSV and SVG go to target/, unused).
 measure trace.json -- trace --model "$MODEL" --chat --prompt "Explain in a few sentences what a KV cache is." --max-new-tokens "$TRACE_NEW" --out target/figures-trace --json
 # Requests that fit in each budget: one JSON line per budget.
-rm -f "$DATA/capacity.jsonl" "$DATA/capacity.cmd"
+selected capacity && rm -f "$DATA/capacity.jsonl" "$DATA/capacity.cmd"
 for budget in $CAPACITY_BUDGETS; do
     APPEND=1 measure capacity.jsonl -- capacity --budget "$budget" --json
 done
@@ -101,6 +121,10 @@ measure attention.json -- attention-map --model "$MODEL" --prompt "$ATTENTION_PR
 # The seed's 7B figures and SmolLM2's: cheap, for the book to cite.
 measure kv_size_7b.json -- kv-size --layers 32 --kv-heads 32 --head-dim 128 --seq-len 2048 --json
 measure kv_size_smollm2.json -- kv-size --layers 30 --kv-heads 3 --head-dim 64 --seq-len 2048 --json
+# Speculative decoding: every drafter at every draft length, on an input-grounded prompt
+# (the answer copies the input) and on an open-ended one.
+measure spec_sweep_fix_typos.json -- spec-sweep --model "$MODEL" --prompt-file prompts/fix-typos.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json
+measure spec_sweep_story.json -- spec-sweep --model "$MODEL" --prompt-file prompts/story.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json
 
 # When, and from which commit (the working tree may differ from it: "+dirty").
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -108,4 +132,23 @@ git diff --quiet HEAD -- src 2>/dev/null || rev+="+dirty"
 printf '{"date": "%s", "commit": "%s"}\n' "$(date -u +%Y-%m-%d)" "$rev" > "$DATA/run.json"
 echo "measurements took $((SECONDS - START)) s"
 
-"$KVLAB" plot --data "$DATA" --out "$OUT"
+if [[ -z $ONLY ]]; then
+    "$KVLAB" plot --data "$DATA" --out "$OUT"
+else
+    # Only the figures drawn from what was just measured (run.json now names this run,
+    # so the other captions are left as they are).
+    figures=()
+    while read -r figure inputs; do
+        for input in ${inputs//,/ }; do
+            if selected "${input%%.*}"; then
+                figures+=("$figure")
+                break
+            fi
+        done
+    done < <("$KVLAB" plot --list)
+    if [[ ${#figures[@]} == 0 ]]; then
+        echo "error: ONLY=$ONLY selects no figure (see kvlab plot --list)" >&2
+        exit 1
+    fi
+    "$KVLAB" plot --data "$DATA" --out "$OUT" "${figures[@]}"
+fi

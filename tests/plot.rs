@@ -24,6 +24,7 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
         "capacity",
         "attention_map",
         "attention_sink",
+        "spec_sweep_story",
     ];
     let out = plot(&figures, dir.path());
     assert!(
@@ -61,6 +62,24 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
     assert!(read("capacity.md").contains("--budget 128MiB"));
     assert!(read("attention_map.md").contains("0 of 3 such cells are not 0"));
     assert!(read("attention_map.svg").contains("cat"));
+    // Each drafter's best measured speedup, at its k, with α and the prediction there;
+    // measured and predicted both drawn, for both drafters.
+    let spec = read("spec_sweep_story.md");
+    assert!(
+        spec.contains("ngram:3: best 1.75x at k = 4 (α = 0.25, predicted 1.90x)")
+            && spec.contains("bf16: best 0.70x at k = 4 (α = 0.80, predicted 0.80x)")
+            && spec.contains("--prompt-file prompts/story.txt"),
+        "{spec}"
+    );
+    let svg = read("spec_sweep_story.svg");
+    for needle in [
+        "ngram:3 measured",
+        "ngram:3 predicted",
+        "bf16 predicted",
+        "acceptance rate",
+    ] {
+        assert!(svg.contains(needle), "no {needle:?} in the SVG");
+    }
 }
 
 #[test]

@@ -259,6 +259,52 @@ impl GpuModel {
         self.gpu.download(&st.logits)
     }
 
+    // ANCHOR: forward_rows
+    /// [`GpuModel::forward`], then the logits of the **last `rows`** tokens copied to the
+    /// host, `[rows][vocab]`: what a speculative verify pass reads (row `i` scores the
+    /// token after `tokens[n - rows + i]`). Chapter "Speculative decoding".
+    ///
+    /// The final norm and the LM head run once over all `rows` (the head is a fifth of
+    /// SmolLM2's weights: streaming it once per row would make a verify pass cost `rows`
+    /// steps). Both kernels are row-independent, so each row's logits are bit for bit those
+    /// of a pass that ends at that row.
+    pub fn forward_rows_logits(
+        &self,
+        tokens: &[u32],
+        kv: GpuKvSource,
+        st: &mut RunState,
+        rows: usize,
+    ) -> Result<Vec<Vec<f32>>> {
+        let n = tokens.len();
+        if rows == 0 || rows > n {
+            return Err(Error::InvalidArgument(format!(
+                "a pass over {n} tokens has 1 to {n} rows of logits, not {rows}"
+            )));
+        }
+        self.forward(tokens, kv, st)?;
+        let (gpu, w, c) = (&*self.gpu, &self.weights, &self.config);
+        let (dim, vocab) = (c.hidden_size, c.vocab_size);
+        let last_rows = st.x.slice((n - rows) * dim..n * dim); // [rows, dim]
+        gpu.rmsnorm(
+            &mut st.xb.slice_mut(..rows * dim),
+            &last_rows,
+            &w.final_norm.as_view(),
+            c.rms_norm_eps as f32,
+            rows,
+        )?;
+        let mut logits = gpu.zeros::<f32>(rows * vocab)?; // [rows, vocab]
+        gpu.matmul(
+            &mut logits.as_view_mut(),
+            &st.xb.slice(..rows * dim),
+            &w.lm_head,
+            rows,
+            self.matmul,
+        )?;
+        let host = gpu.download(&logits)?;
+        Ok(host.chunks_exact(vocab).map(<[f32]>::to_vec).collect())
+    }
+    // ANCHOR_END: forward_rows
+
     /// [`GpuModel::forward`], then the greedy token picked on the GPU: 4 bytes come back
     /// instead of `4 * vocab`.
     pub fn forward_greedy(

@@ -11,7 +11,9 @@
 //! - [`forward`] — the forward pass (src/model.rs), naive and cached;
 //! - [`decoder`] — the two paths behind the generation loop's `Decoder` trait
 //!   (`src/backend.rs` picks one; `src/lab/gpu_bench.rs` measures them against the
-//!   memory-bandwidth roofline, `kvlab bench --device cuda`).
+//!   memory-bandwidth roofline, `kvlab bench --device cuda`);
+//! - [`speculative`] — greedy speculative decoding with the n-gram drafter, verified on the
+//!   GPU (src/speculative/decode.rs).
 //!
 //! What the GPU changes, and what it does not: the arithmetic is the CPU's (f32 sums, the
 //! same RoPE tables, the same softmax; the matmuls even run the CPU's exact chain of fused
@@ -28,6 +30,7 @@ pub mod kv_cache;
 pub mod nvrtc;
 pub mod ops;
 pub mod ops_attention;
+pub mod speculative;
 pub mod weights;
 
 pub use decoder::{GpuCached, GpuNaive};

@@ -71,7 +71,7 @@ fn drafter_spec(spec: &SpecArgs, path: PathArg, device: &DeviceArgs) -> Result<D
     }
     if device.device == DeviceArg::Cuda {
         return Err(Error::InvalidArgument(
-            "--speculative runs on the CPU only (the GPU verify pass is not written yet): drop --device cuda".into(),
+            "--speculative runs on the CPU only from the command line (the GPU loop, greedy with the n-gram drafter, is kvlab::cuda::speculative, not yet wired to the CLI): drop --device cuda".into(),
         ));
     }
     if device.cpu_dtype()? != WeightDtype::F32 {

@@ -6,12 +6,14 @@
 //! Drawing is the binary's business, with plotters (axes, ticks, legends, log scales):
 //! the library only measures. One file per family of figures: `timing.rs` (bench,
 //! compare, roofline), `memory.rs` (KV bytes, layouts, capacity, prefix, multi-turn),
-//! `attention.rs` (the attention map and the attention sink); `chart.rs` is the shared
+//! `attention.rs` (the attention map and the attention sink), `speculative.rs` (speedup
+//! and acceptance against the draft length); `chart.rs` is the shared
 //! line chart.
 
 mod attention;
 pub mod chart;
 mod memory;
+mod speculative;
 mod timing;
 
 use chart::DrawResult;
@@ -99,6 +101,16 @@ const FIGURES: &[Figure] = &[
         name: "attention_sink",
         inputs: &["attention.json"],
         draw: attention::attention_sink,
+    },
+    Figure {
+        name: "spec_sweep_fix_typos",
+        inputs: &["spec_sweep_fix_typos.json"],
+        draw: speculative::spec_sweep_fix_typos,
+    },
+    Figure {
+        name: "spec_sweep_story",
+        inputs: &["spec_sweep_story.json"],
+        draw: speculative::spec_sweep_story,
     },
 ];
 
