@@ -1,59 +1,12 @@
 //! The cache-layout commands: `generate/compare --cache`, `trace`, `capacity`, `prefix`,
 //! `chat` (fed from stdin, as a learner's script would) and `bench-cache`.
 
+mod common;
+
+use common::cli::*;
 use serde_json::Value;
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
 
 const MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/smollm2-135m-instruct");
-
-fn kvlab(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kvlab"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the kvlab binary runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn ok(args: &[&str], stdin: &str) -> String {
-    let out = kvlab(args, stdin);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn json(args: &[&str]) -> Value {
-    serde_json::from_str(&ok(args, "")).expect("stdout is one JSON object")
-}
-
-fn fails_with(args: &[&str], needle: &str) {
-    fails_with_code(args, needle, 1)
-}
-
-/// `code` 2 is clap's, for a flag value it rejects before kvlab runs.
-fn fails_with_code(args: &[&str], needle: &str, code: i32) {
-    let out = kvlab(args, "");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
-    assert!(
-        stderr.contains(needle),
-        "{args:?}: expected {needle:?} in {stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-}
 
 /// SmolLM2's shape in f32: 30 layers x 3 KV heads x 64 x 2 (K, V) x 4 bytes.
 const PER_TOKEN: u64 = 30 * 3 * 64 * 2 * 4;

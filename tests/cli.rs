@@ -1,37 +1,10 @@
 //! The `kvlab` binary: JSON reports carry the promised fields, bad input exits
 //! non-zero with a message (never a panic).
 
+mod common;
+
+use common::cli::*;
 use serde_json::Value;
-use std::process::{Command, Output};
-
-fn kvlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvlab"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the kvlab binary runs")
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = kvlab(args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
-}
-
-fn fails_with(args: &[&str], needle: &str) {
-    let out = kvlab(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-    assert!(
-        stderr.contains(needle),
-        "{args:?}: expected {needle:?} in {stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-}
 
 #[test]
 fn kv_size_reproduces_the_seed() {

@@ -4,40 +4,12 @@
 //! every cache layout, and the real model with its chat template), and bad input is
 //! one clear line with exit code 1.
 
+mod common;
+
+use common::cli::*;
 use serde_json::Value;
-use std::process::{Command, Output};
 
 const MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/smollm2-135m-instruct");
-
-fn kvlab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvlab"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the kvlab binary runs")
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = kvlab(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("stdout is one JSON object")
-}
-
-fn fails_with(args: &[&str], needle: &str) {
-    let out = kvlab(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-    assert!(
-        stderr.contains(needle),
-        "{args:?}: expected {needle:?} in {stderr}"
-    );
-    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-}
 
 fn ids(v: &Value) -> Vec<u64> {
     v["generated_ids"]
