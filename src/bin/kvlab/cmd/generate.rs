@@ -82,6 +82,38 @@ pub(crate) fn options(
     }
 }
 
+/// Prints each generated token's text as it arrives (nothing with `--json`, and never the
+/// end-of-turn token): `generate` and `generate --speculative` stream through this.
+pub(crate) struct TokenPrinter<'a> {
+    stream: Option<TextStream<'a>>,
+    eos_ids: &'a [u32],
+    quiet: bool,
+}
+
+impl<'a> TokenPrinter<'a> {
+    pub(crate) fn new(tokenizer: Option<&'a Tokenizer>, eos_ids: &'a [u32], quiet: bool) -> Self {
+        TokenPrinter {
+            stream: tokenizer.map(TextStream::new),
+            eos_ids,
+            quiet,
+        }
+    }
+
+    pub(crate) fn push(&mut self, token: u32) {
+        if self.quiet || self.eos_ids.contains(&token) {
+            return;
+        }
+        // Without a tokenizer (random weights) the ids are the text.
+        let text = match &mut self.stream {
+            Some(stream) => stream.push(token),
+            None => Some(format!("[{token}]")),
+        };
+        if let Some(text) = text {
+            out!("{text}");
+        }
+    }
+}
+
 /// The text of `ids` without the end-of-turn tokens (`<|im_end|>`): what a reader wants
 /// to see. The JSON keeps every id in `generated_ids`.
 pub(crate) fn visible_text(tokenizer: &Tokenizer, ids: &[u32], eos_ids: &[u32]) -> Result<String> {
@@ -111,18 +143,9 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     let layout = args.cache.layout();
     let mut decoder = backend.decoder(opts.path, layout, prompt_ids.len(), opts.max_new_tokens)?;
     let json = args.out.json;
-    let mut stream = tokenizer.map(TextStream::new);
+    let mut printer = TokenPrinter::new(tokenizer, &opts.eos_ids, json);
     let mut generation = generate_with(decoder.as_mut(), &prompt_ids, &opts, |token| {
-        if json || opts.eos_ids.contains(&token) {
-            return;
-        }
-        let text = match &mut stream {
-            Some(stream) => stream.push(token),
-            None => Some(format!("[{token}]")),
-        };
-        if let Some(text) = text {
-            out!("{text}");
-        }
+        printer.push(token)
     })?;
     if let Some(tokenizer) = tokenizer {
         generation.text = visible_text(tokenizer, &generation.generated_ids, &opts.eos_ids)?;

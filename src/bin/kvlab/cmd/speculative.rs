@@ -2,7 +2,7 @@
 //! `kvlab compare --speculative`, `kvlab bench-verify` and `kvlab spec-sweep`.
 //! Book: speculative.md.
 
-use super::generate::{options, visible_text, CompareArgs, GenerateArgs};
+use super::generate::{options, visible_text, CompareArgs, GenerateArgs, TokenPrinter};
 use crate::args::{
     CacheArgs, DeviceArg, DeviceArgs, JsonArgs, ModelArgs, PathArg, PromptArgs, SamplingArgs,
     SpecArgs,
@@ -16,7 +16,6 @@ use kvlab::generate::{check_request, PathKind};
 use kvlab::lab;
 use kvlab::model::Model;
 use kvlab::speculative::{generate_speculative, AcceptRule, DrafterSpec, SpecOptions};
-use kvlab::tokenizer::TextStream;
 
 #[derive(Args)]
 pub struct BenchVerifyArgs {
@@ -116,25 +115,14 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     let capacity = prompt_ids.len() + max_new;
     let mut cache = new_store(&model.config, layout.kind, capacity, layout.block_size)?;
     let json = args.out.json;
-    let mut stream = tokenizer.map(TextStream::new);
+    let mut printer = TokenPrinter::new(tokenizer, &opts.eos_ids, json);
     let mut g = generate_speculative(
         model,
         cache.as_mut(),
         drafter.as_mut(),
         &prompt_ids,
         &opts,
-        |token, _| {
-            if json || opts.eos_ids.contains(&token) {
-                return;
-            }
-            let text = match &mut stream {
-                Some(stream) => stream.push(token),
-                None => Some(format!("[{token}]")),
-            };
-            if let Some(text) = text {
-                out!("{text}");
-            }
-        },
+        |token, _| printer.push(token),
     )?;
     if let Some(tokenizer) = tokenizer {
         g.text = visible_text(tokenizer, &g.generated_ids, &opts.eos_ids)?;
