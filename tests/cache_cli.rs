@@ -4,9 +4,8 @@
 mod common;
 
 use common::cli::*;
+use common::MODEL_DIR;
 use serde_json::Value;
-
-const MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/smollm2-135m-instruct");
 
 /// SmolLM2's shape in f32: 30 layers x 3 KV heads x 64 x 2 (K, V) x 4 bytes.
 const PER_TOKEN: u64 = 30 * 3 * 64 * 2 * 4;
@@ -212,12 +211,8 @@ fn cache_flags_reject_bad_values() {
 /// answers exactly as when the whole conversation is recomputed.
 #[test]
 fn chat_keeps_its_cache_between_turns() {
-    if !std::path::Path::new(MODEL_DIR).join("config.json").exists() {
-        if std::env::var("KVLAB_ALLOW_MISSING_MODEL").as_deref() == Ok("1") {
-            eprintln!("SKIPPED: {MODEL_DIR} missing and KVLAB_ALLOW_MISSING_MODEL=1");
-            return;
-        }
-        panic!("{MODEL_DIR} is missing: run `bash scripts/fetch-smollm2.sh` first");
+    if !common::real_model_present() {
+        return;
     }
     let questions = "What is the capital of France?\n\nAnd of Germany?\n";
     let turns = |extra: &[&str]| -> Vec<Value> {
@@ -281,8 +276,7 @@ fn experiments_need_random_weights_asked_for() {
 /// keeps every generated id.
 #[test]
 fn generate_prints_text_without_special_tokens() {
-    if !std::path::Path::new(MODEL_DIR).join("config.json").exists() {
-        eprintln!("SKIPPED: {MODEL_DIR} not found (bash scripts/fetch-smollm2.sh)");
+    if !common::real_model_present() {
         return;
     }
     let args = [

@@ -6,6 +6,9 @@
 //! command runs it first). Without it these tests FAIL, with that instruction;
 //! set KVLAB_ALLOW_MISSING_MODEL=1 to let them pass as skipped on purpose.
 
+mod common;
+
+use common::{ids, MODEL_DIR};
 use kvlab::backend::generate;
 use kvlab::generate::{GenerateOptions, PathKind};
 use kvlab::model::KvSource;
@@ -15,8 +18,6 @@ use kvlab::{loader, Model};
 use serde_json::Value;
 use std::path::Path;
 use std::sync::OnceLock;
-
-const MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/smollm2-135m-instruct");
 
 /// Logits must agree with the reference to this absolute tolerance. Both sides
 /// compute in f32 from the same weights; only the order of additions differs
@@ -37,24 +38,14 @@ fn model() -> Option<&'static (Model, Tokenizer)> {
     MODEL
         .get_or_init(|| {
             let dir = Path::new(MODEL_DIR);
-            if !dir.join("config.json").exists() {
-                if std::env::var("KVLAB_ALLOW_MISSING_MODEL").as_deref() == Ok("1") {
-                    eprintln!("SKIPPED: {MODEL_DIR} missing and KVLAB_ALLOW_MISSING_MODEL=1");
-                    return None;
-                }
-                panic!("{MODEL_DIR} is missing: run `bash scripts/fetch-smollm2.sh` first (the README's test command does)");
-            }
-            Some((loader::load_model(dir).unwrap(), Tokenizer::from_dir(dir).unwrap()))
+            common::real_model_present().then(|| {
+                (
+                    loader::load_model(dir).unwrap(),
+                    Tokenizer::from_dir(dir).unwrap(),
+                )
+            })
         })
         .as_ref()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
 }
 
 fn greedy(max_new_tokens: usize, path: PathKind) -> GenerateOptions {

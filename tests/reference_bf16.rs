@@ -6,31 +6,17 @@
 //! absolute difference, and whether their top-1 tokens agree. Needs the real model
 //! (see tests/reference.rs; KVLAB_ALLOW_MISSING_MODEL=1 skips on purpose).
 
+mod common;
+
+use common::{ids, MODEL_DIR};
 use kvlab::cache::PreallocatedCache;
 use kvlab::model::KvSource;
 use kvlab::{loader, ops, Model};
 use serde_json::Value;
 use std::path::Path;
 
-const MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/smollm2-135m-instruct");
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
 fn model() -> Option<Model> {
-    if !Path::new(MODEL_DIR).join("config.json").exists() {
-        if std::env::var("KVLAB_ALLOW_MISSING_MODEL").as_deref() == Ok("1") {
-            eprintln!("SKIPPED: {MODEL_DIR} missing and KVLAB_ALLOW_MISSING_MODEL=1");
-            return None;
-        }
-        panic!("{MODEL_DIR} is missing: run `bash scripts/fetch-smollm2.sh` first");
-    }
-    Some(loader::load_model(Path::new(MODEL_DIR)).unwrap())
+    common::real_model_present().then(|| loader::load_model(Path::new(MODEL_DIR)).unwrap())
 }
 
 /// Logits after the prompt and after each forced token, on the cached path.

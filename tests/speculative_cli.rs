@@ -7,9 +7,8 @@
 mod common;
 
 use common::cli::*;
+use common::MODEL_DIR;
 use serde_json::Value;
-
-const MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/smollm2-135m-instruct");
 
 fn ids(v: &Value) -> Vec<u64> {
     v["generated_ids"]
@@ -236,12 +235,8 @@ fn bench_verify_and_spec_sweep_json() {
 /// emits exactly the tokens of plain `generate --chat`.
 #[test]
 fn real_model_speculative_chat_equals_plain_chat() {
-    if !std::path::Path::new(MODEL_DIR).join("config.json").exists() {
-        if std::env::var("KVLAB_ALLOW_MISSING_MODEL").as_deref() == Ok("1") {
-            eprintln!("SKIPPED: {MODEL_DIR} missing and KVLAB_ALLOW_MISSING_MODEL=1");
-            return;
-        }
-        panic!("{MODEL_DIR} is missing: run `bash scripts/fetch-smollm2.sh` first");
+    if !common::real_model_present() {
+        return;
     }
     let request = [
         "--model",

@@ -9,6 +9,25 @@ use kvlab::cache::PreallocatedCache;
 use kvlab::model::KvSource;
 use kvlab::simd::WeightElem;
 use kvlab::{Config, Model};
+use std::path::Path;
+
+/// The real model's folder, as `bash scripts/fetch-smollm2.sh` (run by the README's test
+/// command) leaves it.
+pub const MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/smollm2-135m-instruct");
+
+/// Whether a real-model test can run: `true` when the model is there; `false`, with a
+/// visible SKIPPED line, only when `KVLAB_ALLOW_MISSING_MODEL=1` asks for it; otherwise
+/// the test fails and says how to fetch the model (a missing model must not pass silently).
+pub fn real_model_present() -> bool {
+    if Path::new(MODEL_DIR).join("config.json").exists() {
+        return true;
+    }
+    if std::env::var("KVLAB_ALLOW_MISSING_MODEL").as_deref() == Ok("1") {
+        eprintln!("SKIPPED: {MODEL_DIR} missing and KVLAB_ALLOW_MISSING_MODEL=1");
+        return false;
+    }
+    panic!("{MODEL_DIR} is missing: run `bash scripts/fetch-smollm2.sh` first (the README's test command does)");
+}
 
 /// A small Llama-shaped config.
 pub fn tiny_config(
@@ -67,5 +86,14 @@ pub fn naive_step_logits<E: WeightElem>(
 pub fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {
     rows.iter()
         .map(|r| r.iter().map(|v| v.to_bits()).collect())
+        .collect()
+}
+
+/// Token ids from a JSON array (the reference fixtures, `kvlab ... --json`).
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("an array of token ids")
+        .iter()
+        .map(|x| x.as_u64().expect("a token id") as u32)
         .collect()
 }
