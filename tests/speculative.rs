@@ -10,7 +10,9 @@
 //!   distribution (chi-square, p < 0.001 fails), and the same test rejects two wrong
 //!   acceptance rules.
 //! - Bad input: clear errors.
-//! - `real_model_table` (ignored; needs the real model): the measured table of the book.
+//!
+//! The measured figures are experiments, not tests: `kvlab spec-sweep` and
+//! `kvlab bench-verify`, run by scripts/figures.sh and scripts/book_outputs.py.
 
 mod common;
 
@@ -626,97 +628,6 @@ fn the_report_serialises() {
     assert!((g.tokens_per_forward - 8.0 / g.target_forwards as f64).abs() < 1e-12);
 }
 
-// ---- the real model: the chapter's measured table ----
-
-/// Plain cached vs speculative on SmolLM2-135M-Instruct, for an input-grounded prompt
-/// (repeat a passage) and an open-ended one (a story), k = 2, 4, 8, each drafter.
-/// Prints a markdown table and the JSON reports. Needs the model; run with
-/// `cargo test --release --test speculative real_model_table -- --ignored --nocapture`.
-#[test]
-#[ignore = "needs models/smollm2-135m-instruct; prints the chapter's measured table"]
-fn real_model_table() {
-    use kvlab::lab::speculative::run_experiment;
-    use kvlab::tokenizer::{Message, Tokenizer};
-    let dir = std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/models/smollm2-135m-instruct"
-    ));
-    let model = kvlab::loader::load_model(dir).unwrap();
-    let tokenizer = Tokenizer::from_dir(dir).unwrap();
-    let article = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/prompts/kv-cache-article.txt"
-    ))
-    .unwrap();
-    let passage: String = article
-        .split_whitespace()
-        .take(120)
-        .collect::<Vec<_>>()
-        .join(" ");
-    let prompts = [
-        (
-            "grounded",
-            format!("Repeat the following passage word for word:\n\n{passage}"),
-        ),
-        (
-            "open-ended",
-            "Write a short story about a lighthouse keeper who finds a message in a bottle."
-                .to_string(),
-        ),
-    ];
-    let max_new: usize = std::env::var("KVLAB_SPEC_TOKENS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
-    let bf16 = LmDrafter::bf16_copy(&model).unwrap();
-    let mut bf16 = Some(bf16);
-    println!("| prompt | drafter | k | acceptance | tokens/forward | c (draft/step) | verify/step | speedup (decode) | speedup (total) | predicted | predicted (measured verify) | identical |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    let mut reports = Vec::new();
-    for (kind, text) in &prompts {
-        let chat = tokenizer
-            .apply_chat_template(&[Message::new("user", text)])
-            .unwrap();
-        let prompt = tokenizer.encode(&chat).unwrap();
-        for spec in ["ngram:3", "early-exit:8", "early-exit:20", "bf16"] {
-            for k in [2, 4, 8] {
-                let opts = SpecOptions {
-                    eos_ids: model.config.eos_ids(),
-                    ..SpecOptions::greedy(max_new, k)
-                };
-                let mut built;
-                let drafter: &mut dyn Drafter = if spec == "bf16" {
-                    bf16.as_mut().unwrap()
-                } else {
-                    built = spec.parse::<DrafterSpec>().unwrap().build(&model).unwrap();
-                    built.as_mut()
-                };
-                let e =
-                    run_experiment(&model, drafter, &prompt, &opts, Default::default()).unwrap();
-                let s = &e.speculative;
-                println!(
-                    "| {kind} ({} tok) | {} | {k} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2}x | {:.2}x | {:.2}x | {:.2}x | {} |",
-                    e.prompt_tokens,
-                    s.drafter,
-                    s.acceptance_rate,
-                    s.tokens_per_forward,
-                    e.draft_cost_ratio,
-                    e.verify_cost_ratio,
-                    e.speedup_decode,
-                    e.speedup_total,
-                    e.predicted_speedup,
-                    e.predicted_speedup_measured_verify,
-                    e.tokens_identical,
-                );
-                assert!(e.tokens_identical, "{spec} k={k}: greedy tokens differ");
-                reports.push(serde_json::json!({"prompt": kind, "experiment": e}));
-            }
-        }
-    }
-    bf16.take();
-    println!("{}", serde_json::to_string(&reports).unwrap());
-}
-
 /// A verify pass runs 2-11 rows through `matmul` at once: each row must be the bits of
 /// the same row computed alone (a decode step).
 #[test]
@@ -739,42 +650,5 @@ fn matmul_few_rows_equal_single_rows() {
                 "n={n} row {r}"
             );
         }
-    }
-}
-
-/// The premise, measured: one pass over `1 + k` tokens on a 180-position cache vs one
-/// decode step (medians of interleaved repetitions, to be fair on a shared machine).
-#[test]
-#[ignore = "needs models/smollm2-135m-instruct; prints verify-pass cost per row count"]
-fn real_model_verify_cost() {
-    let dir = std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/models/smollm2-135m-instruct"
-    ));
-    let model = kvlab::loader::load_model(dir).unwrap();
-    let context: Vec<u32> = (0..180).map(|i| 100 + i * 7).collect();
-    let mut cache = new_store(&model.config, CacheKind::Preallocated, 200, 16).unwrap();
-    model
-        .forward(&context, KvSource::Cache(cache.as_mut()))
-        .unwrap();
-    let rows = [1usize, 3, 5, 9];
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
-    for _ in 0..9 {
-        for (i, &n) in rows.iter().enumerate() {
-            let tokens: Vec<u32> = (0..n as u32).map(|t| 500 + t).collect();
-            let start = std::time::Instant::now();
-            kvlab::speculative::verify::verify_pass(&model, cache.as_mut(), &tokens, n).unwrap();
-            times[i].push(start.elapsed().as_secs_f64() * 1e3);
-            cache.truncate(context.len());
-        }
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let one = median(&mut times[0].clone());
-    for (i, &n) in rows.iter().enumerate() {
-        let m = median(&mut times[i]);
-        println!("| {n} rows | {m:.1} ms | {:.2} steps |", m / one);
     }
 }
