@@ -28,7 +28,7 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
     }
 }
 
-extern "C" __global__ void argmax(unsigned int* out, const float* x, int count) {
+extern "C" __global__ void __launch_bounds__(THREADS) argmax(unsigned int* out, const float* x, int count) {
     const float neg_inf = __int_as_float(0xff800000);
     const int no_index = 0x7fffffff;  // loses every tie
     float best_v = neg_inf;

@@ -44,7 +44,7 @@
 // ---------------------------------------------------------------------------------------------
 // v1: one thread per (query row, head).
 
-extern "C" __global__ void attention_v1(float* out, const float* q, const float* keys,
+extern "C" __global__ void __launch_bounds__(128) attention_v1(float* out, const float* q, const float* keys,
                                         const float* values, int n, int start_pos, int n_heads,
                                         int n_kv_heads, int head_dim) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;  // = i * n_heads + h
@@ -190,7 +190,7 @@ __device__ void attention_v2_rows(float* out, const float* q, Rows rows, int n, 
     }
 }
 
-extern "C" __global__ void attention_v2(float* out, const float* q, const float* keys,
+extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_v2(float* out, const float* q, const float* keys,
                                         const float* values, int n, int start_pos, int n_heads,
                                         int n_kv_heads, int head_dim) {
     ContiguousRows rows = {keys, values, n_kv_heads * head_dim};
@@ -200,7 +200,7 @@ extern "C" __global__ void attention_v2(float* out, const float* q, const float*
 // attention_paged: v2 reading keys and values through a block table. Launch as v2:
 // grid (n_heads, n), 128 threads. k_pool, v_pool: [n_blocks, block_size, n_kv_heads, head_dim];
 // block_table: the sequence's blocks in order, covering positions 0..start_pos+n.
-extern "C" __global__ void attention_paged(float* out, const float* q, const float* k_pool,
+extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_paged(float* out, const float* q, const float* k_pool,
                                            const float* v_pool, const int* block_table,
                                            int block_size, int n, int start_pos, int n_heads,
                                            int n_kv_heads, int head_dim) {

@@ -25,12 +25,12 @@ __device__ void embedding(float* out, const T* table, const unsigned int* tokens
     out[idx] = to_f32(table[(size_t)tokens[r] * dim + d]);
 }
 
-extern "C" __global__ void embedding_f32(float* out, const float* table,
+extern "C" __global__ void __launch_bounds__(256) embedding_f32(float* out, const float* table,
                                          const unsigned int* tokens, int n, int dim) {
     embedding<float>(out, table, tokens, n, dim);
 }
 
-extern "C" __global__ void embedding_bf16(float* out, const __nv_bfloat16* table,
+extern "C" __global__ void __launch_bounds__(256) embedding_bf16(float* out, const __nv_bfloat16* table,
                                           const unsigned int* tokens, int n, int dim) {
     embedding<__nv_bfloat16>(out, table, tokens, n, dim);
 }

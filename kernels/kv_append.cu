@@ -13,7 +13,7 @@
 // copies one key and one value.
 // CPU twin: KvCache::write (src/kv_cache.rs).
 
-extern "C" __global__ void kv_append(float* k_cache, float* v_cache, const float* k, const float* v,
+extern "C" __global__ void __launch_bounds__(256) kv_append(float* k_cache, float* v_cache, const float* k, const float* v,
                                      int layer, int capacity, int start_pos, int n, int kv_dim) {
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)n * kv_dim) return;

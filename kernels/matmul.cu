@@ -54,12 +54,12 @@ __device__ void matmul_v1(float* out, const float* x, const W* w, int n, int d_i
     out[idx] = acc;
 }
 
-extern "C" __global__ void matmul_v1_f32(float* out, const float* x, const float* w,
+extern "C" __global__ void __launch_bounds__(256) matmul_v1_f32(float* out, const float* x, const float* w,
                                          int n, int d_in, int d_out) {
     matmul_v1<float>(out, x, w, n, d_in, d_out);
 }
 
-extern "C" __global__ void matmul_v1_bf16(float* out, const float* x, const __nv_bfloat16* w,
+extern "C" __global__ void __launch_bounds__(256) matmul_v1_bf16(float* out, const float* x, const __nv_bfloat16* w,
                                           int n, int d_in, int d_out) {
     matmul_v1<__nv_bfloat16>(out, x, w, n, d_in, d_out);
 }
@@ -93,12 +93,12 @@ __device__ void matmul_v2(float* out, const float* x, const W* w, int n, int d_i
     if (r < n && c < d_out) out[(size_t)r * d_out + c] = acc;
 }
 
-extern "C" __global__ void matmul_v2_f32(float* out, const float* x, const float* w,
+extern "C" __global__ void __launch_bounds__(TILE * TILE) matmul_v2_f32(float* out, const float* x, const float* w,
                                          int n, int d_in, int d_out) {
     matmul_v2<float>(out, x, w, n, d_in, d_out);
 }
 
-extern "C" __global__ void matmul_v2_bf16(float* out, const float* x, const __nv_bfloat16* w,
+extern "C" __global__ void __launch_bounds__(TILE * TILE) matmul_v2_bf16(float* out, const float* x, const __nv_bfloat16* w,
                                           int n, int d_in, int d_out) {
     matmul_v2<__nv_bfloat16>(out, x, w, n, d_in, d_out);
 }

@@ -26,7 +26,7 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-extern "C" __global__ void rmsnorm(float* out, const float* x, const float* weight, float eps,
+extern "C" __global__ void __launch_bounds__(THREADS) rmsnorm(float* out, const float* x, const float* weight, float eps,
                                    int n, int dim) {
     int r = blockIdx.x;
     if (r >= n) return;  // whole block leaves together: no thread waits at a barrier alone

@@ -18,7 +18,7 @@
 //
 // CPU twin: ops::apply_rope (src/ops.rs), called once for q and once for k.
 
-extern "C" __global__ void rope(float* q, float* k, const float* cos_table, const float* sin_table,
+extern "C" __global__ void __launch_bounds__(256) rope(float* q, float* k, const float* cos_table, const float* sin_table,
                                 int n, int n_heads, int n_kv_heads, int head_dim, int start_pos) {
     int half = head_dim / 2;
     int heads = n_heads + n_kv_heads;  // query heads first, then key heads

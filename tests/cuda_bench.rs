@@ -48,3 +48,31 @@ fn gpu_bench_reports_every_kernel_and_context() {
     assert!(gpu_bench::run(&mut gm, "small", model.n_params(), &[max], 3).is_err());
     assert!(gpu_bench::run(&mut gm, "small", model.n_params(), &[0], 3).is_err());
 }
+
+/// Runs on every machine: the bench's size check needs no GPU. A context that leaves no
+/// room for the decoded tokens (8160 + 32 + 1 > 8192 for SmolLM2) is an error naming the
+/// largest one that fits, never a panic deep in the forward pass.
+#[test]
+fn bench_sizes_are_checked_without_a_gpu() {
+    let max = kvlab::Config::smollm2_135m().max_position_embeddings; // 8192
+    assert!(gpu_bench::check_sizes(max, 8159, 32).is_ok());
+    let err = gpu_bench::check_sizes(max, 8160, 32)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("context 8160") && err.contains("1 to 8159"),
+        "{err}"
+    );
+    assert!(
+        gpu_bench::check_sizes(max, 0, 32).is_err(),
+        "an empty prompt"
+    );
+    assert!(
+        gpu_bench::check_sizes(max, 100, 0).is_err(),
+        "no decoded tokens"
+    );
+    assert!(
+        gpu_bench::check_sizes(max, usize::MAX, 32).is_err(),
+        "an overflowing size is an error, not a wrap-around"
+    );
+}

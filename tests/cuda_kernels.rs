@@ -936,3 +936,37 @@ fn gpu_argmax_matches_cpu() {
     });
     eprintln!("  argmax over 49152: {us:.1} µs");
 }
+
+/// Runs on every machine: a zero size is refused on the host, with its name, before any
+/// launch (a head_dim of 0 used to reach a division).
+#[test]
+fn zero_sizes_are_errors_without_a_gpu() {
+    use kvlab::cuda::ops::{check_heads, check_nonzero};
+    let heads = |n_heads, n_kv_heads, head_dim| Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    };
+    assert!(check_heads("attention", heads(9, 3, 64)).is_ok());
+    for (bad, name) in [
+        (heads(9, 3, 0), "head_dim"),
+        (heads(0, 3, 64), "n_heads"),
+        (heads(9, 0, 64), "n_kv_heads"),
+    ] {
+        let err = check_heads("attention", bad).unwrap_err().to_string();
+        assert!(err.contains(&format!("{name} is 0")), "{err}");
+    }
+    assert!(
+        check_heads("attention", heads(9, 2, 64)).is_err(),
+        "9 % 2 != 0"
+    );
+    assert!(
+        check_heads("attention", heads(1, 1, 512)).is_err(),
+        "too large a head"
+    );
+    let err = check_nonzero("matmul", &[("n", 1), ("d_in", 0), ("d_out", 5)])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("matmul: d_in is 0"), "{err}");
+    assert!(check_nonzero("matmul", &[("n", 1), ("d_in", 2)]).is_ok());
+}

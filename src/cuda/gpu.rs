@@ -231,9 +231,18 @@ impl Gpu {
         self.stream.clone_htod(host).cuda("copying to the GPU")
     }
 
-    /// Copies a device buffer back (this waits for every kernel issued before it).
+    /// Copies a device buffer back, after every kernel issued before it has finished.
+    ///
+    /// `clone_dtoh` only *queues* the copy (`cuMemcpyDtoHAsync`). Into pageable memory, as
+    /// a `Vec` is, the driver happens to finish it before returning, but CUDA does not
+    /// promise that, so the stream is synchronized before the host reads the `Vec`.
     pub fn download<T: DeviceRepr, S: DevicePtr<T>>(&self, device: &S) -> Result<Vec<T>> {
-        self.stream.clone_dtoh(device).cuda("copying from the GPU")
+        let host = self
+            .stream
+            .clone_dtoh(device)
+            .cuda("copying from the GPU")?;
+        self.synchronize()?;
+        Ok(host)
     }
 
     /// A new device buffer of `len` zeros.

@@ -50,15 +50,39 @@ pub(super) fn check(what: &str, len: usize, needed: usize) -> Result<()> {
     Ok(())
 }
 
-/// The head shapes the attention kernels take: KV heads dividing the query heads, and
-/// heads no larger than the kernels' per-lane arrays.
-pub(super) fn check_heads(what: &str, heads: Heads) -> Result<()> {
+/// An error unless every size is at least 1, naming the first that is 0.
+///
+/// A zero size would reach the kernels as an empty grid (a CUDA launch error) or, worse, as
+/// a divisor on the host or the GPU (`idx % width`, `n_heads / n_kv_heads`, `1 / sqrt(dim)`).
+/// Checked before anything else, on the host, so it needs no GPU: tests/cuda_kernels.rs
+/// calls it on a machine without one.
+pub fn check_nonzero(what: &str, sizes: &[(&str, usize)]) -> Result<()> {
+    if let Some((name, _)) = sizes.iter().find(|(_, v)| *v == 0) {
+        return Err(Error::Cuda(format!(
+            "{what}: {name} is 0, but every size a kernel is launched with must be at least 1"
+        )));
+    }
+    Ok(())
+}
+
+/// The head shapes the attention kernels take: at least one head of at least one
+/// dimension, KV heads dividing the query heads, and heads no larger than the kernels'
+/// per-lane arrays. Needs no GPU.
+pub fn check_heads(what: &str, heads: Heads) -> Result<()> {
     let Heads {
         n_heads,
         n_kv_heads,
         head_dim,
     } = heads;
-    if n_kv_heads == 0 || n_heads % n_kv_heads != 0 || head_dim > MAX_HEAD_DIM {
+    check_nonzero(
+        what,
+        &[
+            ("n_heads", n_heads),
+            ("n_kv_heads", n_kv_heads),
+            ("head_dim", head_dim),
+        ],
+    )?;
+    if n_heads % n_kv_heads != 0 || head_dim > MAX_HEAD_DIM {
         return Err(Error::Cuda(format!(
             "{what} needs n_heads divisible by n_kv_heads and head_dim <= {MAX_HEAD_DIM}: got {n_heads}, {n_kv_heads}, {head_dim}"
         )));
@@ -118,6 +142,7 @@ impl Gpu {
         tokens_dev: &mut CudaViewMut<u32>,
     ) -> Result<()> {
         let (vocab, dim, n) = (table.rows, table.cols, tokens.len());
+        check_nonzero("embedding", &[("tokens", n), ("dim", dim)])?;
         // Ids are checked here, on the host: the kernel would read any row it is told to.
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab) {
             return Err(Error::TokenOutOfRange {
@@ -162,6 +187,7 @@ impl Gpu {
         n: usize,
     ) -> Result<()> {
         let dim = weight.len();
+        check_nonzero("rmsnorm", &[("n", n), ("dim", dim)])?;
         check("rmsnorm x", x.len(), n * dim)?;
         check("rmsnorm out", out.len(), n * dim)?;
         let (n_i, dim_i) = (int("n", n)?, int("dim", dim)?);
@@ -195,6 +221,7 @@ impl Gpu {
         version: MatmulVersion,
     ) -> Result<()> {
         let (d_in, d_out) = (w.rows, w.cols);
+        check_nonzero("matmul", &[("n", n), ("d_in", d_in), ("d_out", d_out)])?;
         check("matmul x", x.len(), n * d_in)?;
         check("matmul out", out.len(), n * d_out)?;
         let (n_i, d_in_i, d_out_i) = (int("n", n)?, int("d_in", d_in)?, int("d_out", d_out)?);
@@ -251,6 +278,8 @@ impl Gpu {
             n_kv_heads,
             head_dim,
         } = heads;
+        check_heads("rope", heads)?;
+        check_nonzero("rope", &[("n", n)])?;
         check("rope q", q.len(), n * n_heads * head_dim)?;
         check("rope k", k.len(), n * n_kv_heads * head_dim)?;
         if tables.half * 2 != head_dim || start_pos + n > tables.positions {
@@ -286,6 +315,7 @@ impl Gpu {
         y: &CudaView<f32>,
         count: usize,
     ) -> Result<()> {
+        check_nonzero("add_inplace", &[("count", count)])?;
         check("add x", x.len(), count)?;
         check("add y", y.len(), count)?;
         let count_i = int("count", count)?;
@@ -303,6 +333,7 @@ impl Gpu {
         rows: usize,
     ) -> Result<()> {
         let width = bias.len();
+        check_nonzero("add_bias", &[("rows", rows), ("width", width)])?;
         check("add_bias x", x.len(), rows * width)?;
         let (rows_i, width_i) = (int("rows", rows)?, int("width", width)?);
         int("rows * width", rows * width)?;
@@ -320,6 +351,7 @@ impl Gpu {
         up: &CudaView<f32>,
         count: usize,
     ) -> Result<()> {
+        check_nonzero("swiglu", &[("count", count)])?;
         check("swiglu gate", gate.len(), count)?;
         check("swiglu up", up.len(), count)?;
         let count_i = int("count", count)?;
@@ -332,6 +364,7 @@ impl Gpu {
     /// The index of the largest of `x`'s values, lowest index on ties, written to `out[0]`.
     /// CPU twin: `ops::argmax`.
     pub fn argmax(&self, out: &mut CudaViewMut<u32>, x: &CudaView<f32>) -> Result<()> {
+        check_nonzero("argmax", &[("count", x.len())])?;
         check("argmax out", out.len(), 1)?;
         let count_i = int("count", x.len())?;
         let mut b = self.stream.launch_builder(&self.f.argmax);

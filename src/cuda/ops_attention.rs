@@ -5,7 +5,7 @@
 //! CPU twins: `PreallocatedCache::write` and `attention::attention_over`.
 
 use super::gpu::Gpu;
-use super::ops::{check, check_heads, int, one_thread_each, AttentionVersion};
+use super::ops::{check, check_heads, check_nonzero, int, one_thread_each, AttentionVersion};
 use crate::attention::Heads;
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
@@ -27,7 +27,11 @@ impl Gpu {
         capacity: usize,
         start_pos: usize,
     ) -> Result<()> {
-        let n = k.len() / kv_dim.max(1);
+        check_nonzero(
+            "kv_append",
+            &[("kv_dim", kv_dim), ("new positions", k.len())],
+        )?;
+        let n = k.len() / kv_dim;
         if kv_dim == 0 || k.len() != n * kv_dim || v.len() != k.len() {
             return Err(Error::Cuda(format!(
                 "internal: kv_append wants k and v of equal length, whole rows of {kv_dim}; got {} and {}",
@@ -86,6 +90,7 @@ impl Gpu {
             head_dim,
         } = heads;
         check_heads("attention", heads)?;
+        check_nonzero("attention", &[("n", n)])?;
         let q_len = n * n_heads * head_dim;
         let kv_len = (start_pos + n) * n_kv_heads * head_dim;
         check("attention q", q.len(), q_len)?;
@@ -155,6 +160,7 @@ impl Gpu {
             head_dim,
         } = heads;
         check_heads("paged attention", heads)?;
+        check_nonzero("paged attention", &[("n", n)])?;
         let block_floats = block_size * n_kv_heads * head_dim;
         if block_size == 0 || k_pool.len() % block_floats != 0 || k_pool.len() != v_pool.len() {
             return Err(Error::Cuda(format!(

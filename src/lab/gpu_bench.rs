@@ -50,6 +50,30 @@ pub struct BenchRow {
     pub launches_per_token: f64,
 }
 
+/// Ok when a prompt of `context` tokens followed by `decode_tokens` greedy tokens fits a
+/// model of `max_positions` positions; otherwise an error naming the largest context that
+/// does. The bench needs `context + decode_tokens + 1` positions: the prompt, the decoded
+/// tokens, and the warm-up's one extra step. Needs no GPU (tests/cuda_bench.rs checks it
+/// on any machine).
+pub fn check_sizes(max_positions: usize, context: usize, decode_tokens: usize) -> Result<()> {
+    if decode_tokens == 0 {
+        return Err(Error::InvalidArgument(
+            "the GPU bench decodes at least 1 token per context (it divides by the count)".into(),
+        ));
+    }
+    let needed = context
+        .checked_add(decode_tokens)
+        .and_then(|n| n.checked_add(1));
+    if context == 0 || needed.is_none_or(|n| n > max_positions) {
+        return Err(Error::InvalidArgument(format!(
+            "context {context}: with {decode_tokens} decoded tokens the model's {max_positions} positions \
+             allow contexts from 1 to {}",
+            max_positions.saturating_sub(decode_tokens + 1)
+        )));
+    }
+    Ok(())
+}
+
 /// Measures `model` at one `context`, decoding `decode_tokens` greedy tokens.
 pub fn bench_context(
     model: &GpuModel,
@@ -58,6 +82,7 @@ pub fn bench_context(
     peak_bytes_per_s: f64,
 ) -> Result<BenchRow> {
     let c = &model.config;
+    check_sizes(c.max_position_embeddings, context, decode_tokens)?;
     let prompt = synthetic_prompt(context, c.vocab_size, 0);
     let capacity = context + decode_tokens + 1;
     let gpu = model.gpu();
@@ -146,14 +171,8 @@ pub fn run(
     decode_tokens: usize,
 ) -> Result<GpuBenchReport> {
     let max = model.config.max_position_embeddings;
-    if let Some(&c) = contexts
-        .iter()
-        .find(|&&c| c == 0 || c + decode_tokens + 1 > max)
-    {
-        return Err(Error::InvalidArgument(format!(
-            "context {c}: contexts must be between 1 and {}",
-            max.saturating_sub(decode_tokens + 1)
-        )));
+    for &context in contexts {
+        check_sizes(max, context, decode_tokens)?;
     }
     let mut rows = Vec::new();
     for matmul in [MatmulVersion::V1, MatmulVersion::V2] {
