@@ -2,6 +2,7 @@
 //! (src/generate.rs), so `kvlab generate/compare/demo --device cuda` share its loop.
 
 use super::forward::{GpuKvSource, RunState};
+use super::graph::DecodeGraph;
 use super::kv_cache::GpuKvCache;
 use super::GpuModel;
 use crate::cache::KvBytes;
@@ -36,12 +37,19 @@ pub struct GpuCached<'a> {
     pub model: &'a GpuModel,
     pub state: RunState,
     pub cache: GpuKvCache,
+    /// The decode step as a CUDA graph, captured at the first step when `model.graphs`.
+    pub graph: Option<DecodeGraph>,
 }
 
 impl GpuCached<'_> {
     /// A decode step that picks the greedy token on the GPU (`kernels/argmax.cu`) instead of
     /// copying the logits back: what a serving engine does when it samples on the device.
     pub fn step_greedy(&mut self, token: u32) -> Result<u32> {
+        if self.model.graphs {
+            self.model
+                .graph_step(token, &mut self.cache, &mut self.state, &mut self.graph)?;
+            return Ok(self.model.gpu.download(&self.state.next_token)?[0]);
+        }
         self.model.forward_greedy(
             &[token],
             GpuKvSource::Cache(&mut self.cache),
@@ -62,6 +70,11 @@ impl Decoder for GpuCached<'_> {
             .forward_logits(prompt, GpuKvSource::Cache(&mut self.cache), &mut self.state)
     }
     fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        if self.model.graphs {
+            self.model
+                .graph_step(token, &mut self.cache, &mut self.state, &mut self.graph)?;
+            return self.model.gpu.download(&self.state.logits);
+        }
         self.model.forward_logits(
             &[token],
             GpuKvSource::Cache(&mut self.cache),

@@ -7,12 +7,15 @@
 //! shared, and every kernel is row-independent (a row's numbers never depend on how many
 //! rows are in the launch), so on the GPU too the two paths give bitwise-identical logits.
 
+use super::gpu::CudaContextExt;
 use super::kv_cache::GpuKvCache;
+use super::ops::AttentionVersion;
+use super::ops_splitk::SplitKScratch;
 use super::GpuModel;
 use crate::attention::Heads;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 
 /// Where attention reads keys and values from: the one difference between the two paths.
 pub enum GpuKvSource<'a> {
@@ -53,6 +56,14 @@ pub struct RunState {
     pub logits: CudaSlice<f32>,
     /// `[1]` the greedy token, when it is picked on the GPU
     pub next_token: CudaSlice<u32>,
+    /// `[1]` the pass's first position, on the GPU: read by the kernels that a CUDA graph
+    /// replays (attention v3, the fused RoPE + KV append), since a graph's arguments are frozen
+    pub pos: CudaSlice<i32>,
+    /// Attention v3's partial softmaxes, allocated on the first pass that needs them
+    pub split_k: Option<SplitKScratch>,
+    /// `[rows, n_kv_heads * head_dim]` twice: the fused naive path's rotated keys and values
+    /// (its one-layer "cache", rewritten by every layer), allocated when first needed
+    pub naive_kv: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
 }
 // ANCHOR_END: run_state
 
@@ -78,7 +89,64 @@ impl RunState {
             up: gpu.zeros(rows * hidden)?,
             logits: gpu.zeros(c.vocab_size)?,
             next_token: gpu.zeros(1)?,
+            pos: gpu.zeros(1)?,
+            split_k: None,
+            naive_kv: None,
         })
+    }
+
+    /// Allocates what a pass of `n` rows over `key_rows` keys needs beyond the fixed buffers
+    /// (before a graph capture: nothing may be allocated while capturing).
+    pub fn prepare(
+        &mut self,
+        gpu: &super::Gpu,
+        c: &Config,
+        key_rows: usize,
+        split_k: bool,
+        naive_kv: bool,
+    ) -> Result<()> {
+        let heads = Heads::of(c);
+        if split_k
+            && !self
+                .split_k
+                .as_ref()
+                .is_some_and(|s| s.fits(self.rows, key_rows, heads))
+        {
+            self.split_k = Some(SplitKScratch::new(gpu, self.rows, key_rows, heads)?);
+        }
+        if naive_kv && self.naive_kv.is_none() {
+            let kv_dim = heads.n_kv_heads * heads.head_dim;
+            self.naive_kv = Some((
+                gpu.zeros(self.rows * kv_dim)?,
+                gpu.zeros(self.rows * kv_dim)?,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Attention of this pass's queries with the kernel `version`: v1 and v2 take the position
+/// as a number, v3 (split-K) reads it from `pos` on the GPU and needs its scratch.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attend(
+    gpu: &super::Gpu,
+    version: AttentionVersion,
+    out: &mut CudaViewMut<f32>,
+    q: &CudaView<f32>,
+    (keys, values): (&CudaView<f32>, &CudaView<f32>),
+    (pos, split_k): (&CudaView<i32>, Option<&mut SplitKScratch>),
+    n: usize,
+    start_pos: usize,
+    heads: Heads,
+) -> Result<()> {
+    match (version, split_k) {
+        (AttentionVersion::V3, Some(scratch)) => {
+            gpu.attention_v3(out, q, keys, values, pos, start_pos, n, heads, scratch)
+        }
+        (AttentionVersion::V3, None) => Err(Error::Cuda(
+            "internal: attention v3 without its scratch (RunState::prepare was not called)".into(),
+        )),
+        _ => gpu.attention(out, q, keys, values, n, start_pos, heads, version),
     }
 }
 
@@ -86,12 +154,25 @@ impl GpuModel {
     // ANCHOR: forward
     /// Runs `tokens` (positions `start_pos..start_pos + n`) through every layer and leaves the
     /// **last** token's logits in `st.logits`, on the GPU. Mirrors `Model::forward`.
+    ///
+    /// Three steps: check the request and find its position ([`GpuModel::begin_pass`]); copy
+    /// the token ids and the position to the GPU ([`GpuModel::stage_inputs`]); queue the
+    /// kernels ([`GpuModel::forward_kernels`]) — only launches, which is what a CUDA graph
+    /// can capture (src/cuda/graph.rs).
     pub fn forward(&self, tokens: &[u32], mut kv: GpuKvSource, st: &mut RunState) -> Result<()> {
-        let (gpu, w, c) = (&*self.gpu, &self.weights, &self.config);
-        let (dim, hidden, n) = (c.hidden_size, c.intermediate_size, tokens.len());
-        let heads = Heads::of(&self.config);
-        let kv_dim = heads.n_kv_heads * heads.head_dim;
-        let (mm, attn_version) = (self.matmul, self.attention);
+        let start_pos = self.begin_pass(tokens.len(), &kv, st)?;
+        self.stage_inputs(tokens, start_pos, &kv, st)?;
+        self.forward_kernels(tokens.len(), start_pos, &mut kv, st)?;
+        if let GpuKvSource::Cache(cache) = kv {
+            cache.advance(tokens.len());
+        }
+        Ok(())
+    }
+    // ANCHOR_END: forward
+
+    /// Checks that a pass of `n` tokens fits the buffers, the cache and the model, and returns
+    /// its first position (0 on the naive path, the cache's length on the cached one).
+    pub(crate) fn begin_pass(&self, n: usize, kv: &GpuKvSource, st: &RunState) -> Result<usize> {
         if n == 0 {
             return Err(Error::EmptyPrompt);
         }
@@ -102,27 +183,83 @@ impl GpuModel {
                 st.rows
             )));
         }
-        let start_pos = match &kv {
+        let start_pos = match kv {
             GpuKvSource::ThisPass => 0,
             GpuKvSource::Cache(cache) => {
                 cache.reserve(n)?;
                 cache.len()
             }
         };
-        if start_pos + n > c.max_position_embeddings {
+        let max = self.config.max_position_embeddings;
+        if start_pos + n > max {
             return Err(Error::PromptTooLong {
                 prompt_len: start_pos + n,
-                max_seq_len: c.max_position_embeddings,
+                max_seq_len: max,
             });
         }
+        Ok(start_pos)
+    }
+
+    /// Copies the token ids (checked against the vocabulary) and, for the kernels that read
+    /// it from the GPU, the first position; allocates any scratch the pass needs.
+    pub(crate) fn stage_inputs(
+        &self,
+        tokens: &[u32],
+        start_pos: usize,
+        kv: &GpuKvSource,
+        st: &mut RunState,
+    ) -> Result<()> {
+        let gpu = &*self.gpu;
+        let vocab = self.weights.embed.rows;
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab) {
+            return Err(Error::TokenOutOfRange {
+                id,
+                vocab_size: vocab,
+            });
+        }
+        gpu.stream
+            .memcpy_htod(tokens, &mut st.tokens.slice_mut(..tokens.len()))
+            .cuda("copying token ids")?;
+        let split_k = self.fused || self.attention == AttentionVersion::V3;
+        if split_k {
+            let pos = [super::ops::int("start_pos", start_pos)?];
+            gpu.stream
+                .memcpy_htod(&pos, &mut st.pos)
+                .cuda("copying the position")?;
+        }
+        let key_rows = match kv {
+            GpuKvSource::ThisPass => st.rows,
+            GpuKvSource::Cache(cache) => cache.capacity(),
+        };
+        let naive_kv = self.fused && matches!(kv, GpuKvSource::ThisPass);
+        st.prepare(gpu, &self.config, key_rows, split_k, naive_kv)
+    }
+
+    /// Queues every kernel of a pass whose inputs are staged: launches only (no copies, no
+    /// allocations), so that a CUDA graph can capture it. The fused kernels when
+    /// `self.fused`, else the unfused ones below.
+    pub(crate) fn forward_kernels(
+        &self,
+        n: usize,
+        start_pos: usize,
+        kv: &mut GpuKvSource,
+        st: &mut RunState,
+    ) -> Result<()> {
+        if self.fused {
+            return self.forward_kernels_fused(n, start_pos, kv, st);
+        }
+        let (gpu, w, c) = (&*self.gpu, &self.weights, &self.config);
+        let (dim, hidden) = (c.hidden_size, c.intermediate_size);
+        let heads = Heads::of(&self.config);
+        let kv_dim = heads.n_kv_heads * heads.head_dim;
+        let (mm, attn_version) = (self.matmul, self.attention);
         let eps = c.rms_norm_eps as f32;
 
         // Token embedding: row `token` of the table.        x: [n, dim]
-        gpu.embedding(
+        gpu.embedding_ids(
             &mut st.x.slice_mut(..n * dim),
             &w.embed,
-            tokens,
-            &mut st.tokens.as_view_mut(),
+            &st.tokens.slice(..n),
         )?;
 
         for (l, layer) in w.layers.iter().enumerate() {
@@ -155,32 +292,34 @@ impl GpuModel {
                 start_pos,
             )?;
             // The only lines where the two paths differ.
-            match &mut kv {
+            match kv {
                 GpuKvSource::ThisPass => {
                     let (keys, values) = (st.k.slice(..n * kv_dim), st.v.slice(..n * kv_dim));
-                    gpu.attention(
+                    attend(
+                        gpu,
+                        attn_version,
                         &mut st.att.as_view_mut(),
                         &st.q.as_view(),
-                        &keys,
-                        &values,
+                        (&keys, &values),
+                        (&st.pos.as_view(), st.split_k.as_mut()),
                         n,
                         0,
                         heads,
-                        attn_version,
                     )?;
                 }
                 GpuKvSource::Cache(cache) => {
                     cache.write(gpu, l, &st.k.as_view(), &st.v.as_view(), n)?;
                     let (keys, values) = cache.read(l, start_pos + n);
-                    gpu.attention(
+                    attend(
+                        gpu,
+                        attn_version,
                         &mut st.att.as_view_mut(),
                         &st.q.as_view(),
-                        &keys,
-                        &values,
+                        (&keys, &values),
+                        (&st.pos.as_view(), st.split_k.as_mut()),
                         n,
                         start_pos,
                         heads,
-                        attn_version,
                     )?;
                 }
             }
@@ -225,10 +364,6 @@ impl GpuModel {
             )?; // [n, dim]
             gpu.add_inplace(&mut st.x.as_view_mut(), &st.proj.as_view(), n * dim)?;
         }
-        if let GpuKvSource::Cache(cache) = kv {
-            cache.advance(n);
-        }
-
         // Final RMSNorm and LM head, for the last token only.    logits: [vocab]
         let last = st.x.slice((n - 1) * dim..n * dim);
         gpu.rmsnorm(
@@ -246,7 +381,6 @@ impl GpuModel {
             mm,
         )
     }
-    // ANCHOR_END: forward
 
     /// [`GpuModel::forward`], then the logits copied to the host, `[vocab]`.
     pub fn forward_logits(

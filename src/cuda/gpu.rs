@@ -9,7 +9,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Adds what was being done to a CUDA driver error.
@@ -41,6 +41,15 @@ pub(crate) struct Functions {
     pub add_bias: CudaFunction,
     pub swiglu: CudaFunction,
     pub argmax: CudaFunction,
+    pub attention_v3_split: CudaFunction,
+    pub attention_v3_combine: CudaFunction,
+    pub fused_rmsnorm_matmul_f32: CudaFunction,
+    pub fused_rmsnorm_matmul_bf16: CudaFunction,
+    pub fused_matmul_residual_f32: CudaFunction,
+    pub fused_matmul_residual_bf16: CudaFunction,
+    pub fused_swiglu_matmul_residual_f32: CudaFunction,
+    pub fused_swiglu_matmul_residual_bf16: CudaFunction,
+    pub rope_kv_append: CudaFunction,
 }
 
 /// One GPU, ready to run kvlab's kernels. The launch wrappers are in [`super::ops`].
@@ -55,8 +64,11 @@ pub struct Gpu {
     driver_version: (i32, i32),
     nvrtc_version: (i32, i32),
     arch: &'static str,
-    /// Kernels launched so far: the bench divides it by the tokens decoded.
+    /// Kernels launched so far: the bench divides it by the tokens decoded. A CUDA graph's
+    /// replay counts as one launch, and the kernels queued while capturing it count as none.
     pub(crate) launches: AtomicU64,
+    /// True while a graph is being captured (src/cuda/graph.rs).
+    pub(crate) capturing: AtomicBool,
 }
 
 /// Ok when the CUDA driver library can be loaded; else an error saying so.
@@ -172,8 +184,27 @@ impl Gpu {
             add_bias: take("add_bias")?,
             swiglu: take("swiglu")?,
             argmax: take("argmax")?,
+            attention_v3_split: take("attention_v3_split")?,
+            attention_v3_combine: take("attention_v3_combine")?,
+            fused_rmsnorm_matmul_f32: take("fused_rmsnorm_matmul_f32")?,
+            fused_rmsnorm_matmul_bf16: take("fused_rmsnorm_matmul_bf16")?,
+            fused_matmul_residual_f32: take("fused_matmul_residual_f32")?,
+            fused_matmul_residual_bf16: take("fused_matmul_residual_bf16")?,
+            fused_swiglu_matmul_residual_f32: take("fused_swiglu_matmul_residual_f32")?,
+            fused_swiglu_matmul_residual_bf16: take("fused_swiglu_matmul_residual_bf16")?,
+            rope_kv_append: take("rope_kv_append")?,
         };
-        let stream = ctx.default_stream();
+        // A stream of our own, not the legacy default stream: CUDA cannot capture the
+        // default stream into a graph (src/cuda/graph.rs). cudarc's cross-stream event
+        // tracking is switched off first: kvlab queues everything on this one stream, so
+        // there is nothing to track, and events recorded during a capture would end up in
+        // the graph.
+        // SAFETY: disable_event_tracking's contract is about synchronizing several streams;
+        // every buffer kvlab allocates, uses and frees is on this single stream, in order.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx
+            .new_stream()
+            .cuda("creating the stream kvlab queues its work on")?;
         Ok(Gpu {
             ctx,
             stream,
@@ -184,6 +215,7 @@ impl Gpu {
             nvrtc_version,
             arch,
             launches: AtomicU64::new(0),
+            capturing: AtomicBool::new(false),
         })
     }
 
@@ -223,7 +255,9 @@ impl Gpu {
     }
 
     pub(crate) fn count_launch(&self) {
-        self.launches.fetch_add(1, Ordering::Relaxed);
+        if !self.capturing.load(Ordering::Relaxed) {
+            self.launches.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Copies `host` into a new device buffer.

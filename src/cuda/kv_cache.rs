@@ -9,7 +9,7 @@
 use super::gpu::Gpu;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use cudarc::driver::{CudaSlice, CudaView};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 
 /// A preallocated KV cache for one sequence, on the GPU.
 pub struct GpuKvCache {
@@ -100,6 +100,12 @@ impl GpuKvCache {
         let start = layer * self.capacity * self.kv_dim;
         let stop = start + end.min(self.capacity) * self.kv_dim;
         (self.k.slice(start..stop), self.v.slice(start..stop))
+    }
+
+    /// The whole of both caches, `[n_layers, capacity, kv_dim]` each, for a kernel that writes
+    /// new rows itself (the fused RoPE + KV append); the caller advances [`Self::len`].
+    pub(crate) fn buffers_mut(&mut self) -> (CudaViewMut<'_, f32>, CudaViewMut<'_, f32>) {
+        (self.k.as_view_mut(), self.v.as_view_mut())
     }
 
     /// Marks `n` new positions as filled, once every layer has written them.

@@ -25,11 +25,15 @@
 
 pub mod decoder;
 pub mod forward;
+pub mod forward_fused;
 pub mod gpu;
+pub mod graph;
 pub mod kv_cache;
 pub mod nvrtc;
 pub mod ops;
 pub mod ops_attention;
+pub mod ops_fused;
+pub mod ops_splitk;
 pub mod speculative;
 pub mod weights;
 
@@ -59,6 +63,13 @@ pub struct GpuModel {
     pub matmul: MatmulVersion,
     /// The attention kernel both paths use.
     pub attention: AttentionVersion,
+    /// Run the fused kernels (kernels/fused.cu, with attention v3) instead of the unfused
+    /// ones: 7 launches per layer instead of 15. Both paths use the same choice.
+    pub fused: bool,
+    /// Replay the cached path's decode steps from a CUDA graph (src/cuda/graph.rs): one
+    /// launch per token instead of one per kernel. Needs `fused` (its kernels read the
+    /// position from the GPU).
+    pub graphs: bool,
 }
 
 impl GpuModel {
@@ -80,6 +91,8 @@ impl GpuModel {
             dtype,
             matmul: MatmulVersion::V2,
             attention: AttentionVersion::V2,
+            fused: false,
+            graphs: false,
         })
     }
 
@@ -88,6 +101,27 @@ impl GpuModel {
         self.matmul = matmul;
         self.attention = attention;
         self
+    }
+
+    /// The same model with the fused kernels on or off, and decode steps replayed from a
+    /// CUDA graph or launched one kernel at a time. Graphs need the fused kernels.
+    pub fn with_plan(mut self, fused: bool, graphs: bool) -> Result<GpuModel> {
+        self.set_plan(fused, graphs)?;
+        Ok(self)
+    }
+
+    /// [`GpuModel::with_plan`] in place (the bench switches plans on one uploaded model).
+    pub fn set_plan(&mut self, fused: bool, graphs: bool) -> Result<()> {
+        if graphs && !fused {
+            return Err(crate::error::Error::InvalidArgument(
+                "CUDA graphs replay the fused kernels (they read the position from the GPU): \
+                 turn on the fused kernels too"
+                    .into(),
+            ));
+        }
+        self.fused = fused;
+        self.graphs = graphs;
+        Ok(())
     }
 
     pub fn gpu(&self) -> &Arc<Gpu> {
@@ -109,18 +143,31 @@ impl GpuModel {
             model: self,
             state: RunState::new(&self.gpu, &self.config, capacity)?,
             cache: GpuKvCache::new(&self.gpu, &self.config, capacity)?,
+            graph: None,
         })
     }
 
     /// E.g. `cuda: NVIDIA H200 (sm_90, driver 13.0, NVRTC 13.0, PTX compute_90), weights bf16, kernels matmul v2, attention v2`.
     pub fn describe(&self) -> String {
-        let dtype = self.dtype.name();
-        let version = |v2: bool| if v2 { "v2" } else { "v1" };
         format!(
-            "cuda: {}, weights {dtype}, kernels matmul {}, attention {}",
+            "cuda: {}, weights {}, kernels {}",
             self.gpu.describe(),
-            version(self.matmul == MatmulVersion::V2),
-            version(self.attention == AttentionVersion::V2)
+            self.dtype.name(),
+            self.kernels()
         )
+    }
+
+    /// The kernels in use, e.g. `matmul v2, attention v2` or `fused + attention v3, graphs`.
+    pub fn kernels(&self) -> String {
+        if self.fused {
+            let graphs = if self.graphs { ", graphs" } else { "" };
+            format!("fused + attention v3{graphs}")
+        } else {
+            format!(
+                "matmul {}, attention {}",
+                self.matmul.name(),
+                self.attention.name()
+            )
+        }
     }
 }

@@ -66,6 +66,24 @@ pub const KERNELS: &[KernelSource] = &[
         functions: &["attention_v1", "attention_v2", "attention_paged"],
     },
     KernelSource {
+        file: "attention_splitk.cu",
+        source: include_str!("../../kernels/attention_splitk.cu"),
+        functions: &["attention_v3_split", "attention_v3_combine"],
+    },
+    KernelSource {
+        file: "fused.cu",
+        source: include_str!("../../kernels/fused.cu"),
+        functions: &[
+            "fused_rmsnorm_matmul_f32",
+            "fused_rmsnorm_matmul_bf16",
+            "fused_matmul_residual_f32",
+            "fused_matmul_residual_bf16",
+            "fused_swiglu_matmul_residual_f32",
+            "fused_swiglu_matmul_residual_bf16",
+            "rope_kv_append",
+        ],
+    },
+    KernelSource {
         file: "residual.cu",
         source: include_str!("../../kernels/residual.cu"),
         functions: &["add_inplace", "add_bias"],

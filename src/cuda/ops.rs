@@ -35,6 +35,28 @@ pub enum AttentionVersion {
     V1,
     /// One block per (query row, head), online softmax.
     V2,
+    /// Split-K (Flash-Decoding): one block per (query row, head, chunk of 256 keys), then a
+    /// merge. Reads the position from device memory (kernels/attention_splitk.cu).
+    V3,
+}
+
+impl AttentionVersion {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionVersion::V1 => "v1",
+            AttentionVersion::V2 => "v2",
+            AttentionVersion::V3 => "v3",
+        }
+    }
+}
+
+impl MatmulVersion {
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulVersion::V1 => "v1",
+            MatmulVersion::V2 => "v2",
+        }
+    }
 }
 
 /// The largest head the attention kernels take (`MAX_HEAD_DIM` in attention.cu).
@@ -143,7 +165,8 @@ impl Gpu {
     ) -> Result<()> {
         let (vocab, dim, n) = (table.rows, table.cols, tokens.len());
         check_nonzero("embedding", &[("tokens", n), ("dim", dim)])?;
-        // Ids are checked here, on the host: the kernel would read any row it is told to.
+        // Ids are checked here, on the host, so a bad one is an error naming it (the kernel
+        // only turns it into a row of NaN).
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab) {
             return Err(Error::TokenOutOfRange {
                 id,
@@ -156,8 +179,23 @@ impl Gpu {
         self.stream
             .memcpy_htod(tokens, &mut ids)
             .cuda("copying token ids")?;
-        let (n_i, dim_i) = (int("n", n)?, int("dim", dim)?);
+        self.embedding_ids(out, table, &ids.as_view())
+    }
+
+    /// [`Gpu::embedding`] of ids already on the GPU (`ids`: `[n]`), checked by the caller
+    /// against the vocabulary: the launch alone, which a CUDA graph can capture.
+    pub fn embedding_ids(
+        &self,
+        out: &mut CudaViewMut<f32>,
+        table: &GpuMatrix,
+        ids: &CudaView<u32>,
+    ) -> Result<()> {
+        let (vocab, dim, n) = (table.rows, table.cols, ids.len());
+        check_nonzero("embedding", &[("tokens", n), ("dim", dim)])?;
+        check("embedding out", out.len(), n * dim)?;
+        let (n_i, dim_i, vocab_i) = (int("n", n)?, int("dim", dim)?, int("vocab", vocab)?);
         int("n * dim", n * dim)?;
+        int("vocab * dim", vocab * dim)?;
         let mut b = match &table.data {
             WeightData::F32(_) => self.stream.launch_builder(&self.f.embedding_f32),
             WeightData::Bf16(_) => self.stream.launch_builder(&self.f.embedding_bf16),
@@ -167,11 +205,11 @@ impl Gpu {
             WeightData::F32(t) => b.arg(t),
             WeightData::Bf16(t) => b.arg(t),
         };
-        let ids = ids.as_view();
-        b.arg(&ids).arg(&n_i).arg(&dim_i);
-        // SAFETY: embedding_{f32,bf16}(out, table, tokens, n, dim) matches the kernel; it
+        b.arg(ids).arg(&n_i).arg(&dim_i).arg(&vocab_i);
+        // SAFETY: embedding_{f32,bf16}(out, table, tokens, n, dim, vocab) matches the kernel; it
         // touches out[..n*dim] (checked), tokens[..n] (`ids` is exactly n long) and
-        // table[id*dim..][..dim] for ids checked < vocab, with table exactly vocab x dim.
+        // table[id*dim..][..dim] only for ids < vocab (the kernel checks each id; the table is
+        // exactly vocab x dim).
         unsafe { self.launch(&mut b, one_thread_each(n * dim, 256)?, "embedding") }
     }
     // ANCHOR_END: embedding

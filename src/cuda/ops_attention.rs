@@ -106,22 +106,28 @@ impl Gpu {
             int("n_kv_heads", n_kv_heads)?,
             int("head_dim", head_dim)?,
         );
-        let (f, cfg) = match version {
-            AttentionVersion::V1 => (&self.f.attention_v1, one_thread_each(n * n_heads, 128)?),
-            AttentionVersion::V2 => {
-                if n > 65535 {
-                    return Err(Error::Cuda(format!(
-                        "attention v2 takes at most 65535 queries per launch, got {n}"
-                    )));
+        let (f, cfg) =
+            match version {
+                AttentionVersion::V1 => (&self.f.attention_v1, one_thread_each(n * n_heads, 128)?),
+                AttentionVersion::V2 => {
+                    if n > 65535 {
+                        return Err(Error::Cuda(format!(
+                            "attention v2 takes at most 65535 queries per launch, got {n}"
+                        )));
+                    }
+                    let cfg = LaunchConfig {
+                        grid_dim: (n_heads as u32, n as u32, 1),
+                        block_dim: (128, 1, 1), // WARPS * 32 in attention.cu
+                        shared_mem_bytes: 0,
+                    };
+                    (&self.f.attention_v2, cfg)
                 }
-                let cfg = LaunchConfig {
-                    grid_dim: (n_heads as u32, n as u32, 1),
-                    block_dim: (128, 1, 1), // WARPS * 32 in attention.cu
-                    shared_mem_bytes: 0,
-                };
-                (&self.f.attention_v2, cfg)
-            }
-        };
+                AttentionVersion::V3 => return Err(Error::Cuda(
+                    "internal: attention v3 reads its position from the GPU and needs scratch: \
+                     call Gpu::attention_v3"
+                        .into(),
+                )),
+            };
         let mut b = self.stream.launch_builder(f);
         b.arg(out).arg(q).arg(keys).arg(values);
         b.arg(&n_i).arg(&sp_i).arg(&nh_i).arg(&nkv_i).arg(&hd_i);
