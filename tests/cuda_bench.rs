@@ -23,18 +23,21 @@ fn gpu_bench_reports_every_kernel_and_context() {
     let mut gm = GpuModel::upload_on(gpu, model, GpuDtype::F32).unwrap();
     let contexts = [4, 9];
     let report = gpu_bench::run(&mut gm, "small", model.n_params(), &contexts, 3).unwrap();
-    assert_eq!(report.rows.len(), 2 * contexts.len());
+    assert_eq!(report.rows.len(), gpu_bench::PLANS.len() * contexts.len());
     assert_eq!(
-        gm.matmul,
-        MatmulVersion::V2,
-        "the model's kernel is restored"
+        (gm.matmul, gm.fused, gm.graphs),
+        (MatmulVersion::V2, false, false),
+        "the model's kernels are restored"
     );
+    assert!(report.launch_latency_us.is_finite() && report.launch_latency_us > 0.0);
     for row in &report.rows {
         for figure in [
             row.prefill_ms,
             row.decode_ms,
             row.naive_step_ms,
             row.hbm_fraction,
+            row.launch_roof_tok_s,
+            row.launch_fraction,
         ] {
             assert!(figure.is_finite() && figure > 0.0, "{row:?}");
         }
@@ -42,6 +45,12 @@ fn gpu_bench_reports_every_kernel_and_context() {
             row.bytes_per_token > 0 && row.launches_per_token > 0.0,
             "{row:?}"
         );
+        if row.graphs {
+            assert_eq!(
+                row.launches_per_token, 1.0,
+                "a graph replay is one launch: {row:?}"
+            );
+        }
     }
     println!("{}", serde_json::to_string(&report).unwrap());
     let max = model.config.max_position_embeddings;

@@ -7,7 +7,13 @@
 //! read by attention. This module measures tokens/s and prints the fraction of that
 //! roofline reached (an H200 moves about 4.8e12 bytes/s), plus how many kernels a token
 //! launches — for a model this small, launch overhead (a few µs each, ~450 per token) is
-//! what actually bounds decode, which is why engines capture the step in a CUDA graph.
+//! what actually bounds decode, which is why engines capture the step in a CUDA graph. So
+//! it also measures the launch latency (back-to-back launches of a one-element kernel) and
+//! the *launch roof*: `1 / (launches per token × launch latency)` tokens/s.
+//!
+//! Every row is measured with each kernel plan: unfused with matmul v1 and v2, fused (7
+//! launches per layer, split-K attention), and fused with the decode step replayed from a
+//! CUDA graph (1 launch per token). Book chapter "The CUDA backend".
 //!
 //! Prefill is the other regime: many rows share each weight, and the time is FLOPs.
 //! A naive step at context `L` costs a prefill of `L` tokens; a cached step costs one token.
@@ -28,8 +34,13 @@ pub const H200_HBM_BYTES_PER_S: f64 = 4.8e12;
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchRow {
     pub weights: GpuDtype,
+    /// The kernel plan, as `GpuModel::kernels` says it (e.g. `fused + attention v3, graphs`).
+    pub kernels: String,
     pub matmul: MatmulVersion,
     pub attention: AttentionVersion,
+    pub fused: bool,
+    /// Decode steps replayed from a CUDA graph (prefill never is: it runs once per prompt).
+    pub graphs: bool,
     /// Prompt tokens before decoding starts.
     pub context: usize,
     /// Cached path: the prompt in one pass (logits of the last token copied back).
@@ -46,8 +57,13 @@ pub struct BenchRow {
     pub bytes_per_token: usize,
     /// `bytes_per_token * tokens/s / peak bandwidth`, for the device-argmax decode.
     pub hbm_fraction: f64,
-    /// Kernels launched per decode step.
+    /// Launches per decode step (a graph replay is one).
     pub launches_per_token: f64,
+    /// `1e6 / (launches_per_token × launch latency in µs)`: the tokens/s if nothing but
+    /// launching kernels took time.
+    pub launch_roof_tok_s: f64,
+    /// `decode_device_argmax_tok_s / launch_roof_tok_s`.
+    pub launch_fraction: f64,
 }
 
 /// Ok when a prompt of `context` tokens followed by `decode_tokens` greedy tokens fits a
@@ -80,6 +96,7 @@ pub fn bench_context(
     context: usize,
     decode_tokens: usize,
     peak_bytes_per_s: f64,
+    launch_latency_us: f64,
 ) -> Result<BenchRow> {
     let c = &model.config;
     check_sizes(c.max_position_embeddings, context, decode_tokens)?;
@@ -100,6 +117,8 @@ pub fn bench_context(
     let logits = cached.prefill(&prompt)?; // returns after the copy back: the GPU is done
     let prefill_ms = ms_since(t);
     let mut token = ops::argmax(&logits) as u32;
+    // One untimed step: with graphs, the first step captures the graph.
+    token = ops::argmax(&cached.step(token)?) as u32;
     let launches_before = gpu.launches();
     let t = Instant::now();
     for _ in 0..decode_tokens {
@@ -111,6 +130,7 @@ pub fn bench_context(
     // Cached path, greedy token picked on the GPU.
     let mut greedy = model.cached_decoder(capacity)?;
     let mut token = greedy.prefill_greedy(&prompt)?;
+    token = greedy.step_greedy(token)?; // untimed, as above
     let t = Instant::now();
     for _ in 0..decode_tokens {
         token = greedy.step_greedy(token)?;
@@ -127,10 +147,18 @@ pub fn bench_context(
     let kv_bytes_read = 2 * c.num_hidden_layers * (context + decode_tokens / 2) * kv_dim * 4;
     let bytes_per_token = model.weights.bytes_read_per_token() + kv_bytes_read;
     let device_tok_s = 1e3 / device_argmax_ms;
+    let launch_roof_tok_s = 1e6 / (launches_per_token * launch_latency_us);
     Ok(BenchRow {
         weights: model.dtype,
+        kernels: model.kernels(),
         matmul: model.matmul,
-        attention: model.attention,
+        attention: if model.fused {
+            AttentionVersion::V3
+        } else {
+            model.attention
+        },
+        fused: model.fused,
+        graphs: model.graphs,
         context,
         prefill_ms,
         prefill_tok_s: context as f64 / (prefill_ms / 1e3),
@@ -141,8 +169,38 @@ pub fn bench_context(
         bytes_per_token,
         hbm_fraction: bytes_per_token as f64 * device_tok_s / peak_bytes_per_s,
         launches_per_token,
+        launch_roof_tok_s,
+        launch_fraction: device_tok_s / launch_roof_tok_s,
     })
 }
+
+// ANCHOR: launch_latency
+/// The time one kernel launch costs when launches are queued back to back, in µs: `count`
+/// launches of a kernel that adds one float, divided by their wall time. (The GPU finishes
+/// such a kernel in far less than a launch takes to issue, so this is the issue rate.)
+pub fn launch_latency_us(model: &GpuModel, count: usize) -> Result<f64> {
+    let gpu = model.gpu();
+    let (mut x, y) = (gpu.zeros::<f32>(1)?, gpu.zeros::<f32>(1)?);
+    for _ in 0..10 {
+        gpu.add_inplace(&mut x.as_view_mut(), &y.as_view(), 1)?; // warm-up
+    }
+    gpu.synchronize()?;
+    let t = Instant::now();
+    for _ in 0..count {
+        gpu.add_inplace(&mut x.as_view_mut(), &y.as_view(), 1)?;
+    }
+    gpu.synchronize()?;
+    Ok(ms_since(t) * 1e3 / count.max(1) as f64)
+}
+// ANCHOR_END: launch_latency
+
+/// The kernel plans every context is measured with: `(matmul, fused, graphs)`.
+pub const PLANS: [(MatmulVersion, bool, bool); 4] = [
+    (MatmulVersion::V1, false, false),
+    (MatmulVersion::V2, false, false),
+    (MatmulVersion::V2, true, false),
+    (MatmulVersion::V2, true, true),
+];
 
 /// Everything `kvlab bench --device cuda` reports.
 #[derive(Debug, Clone, Serialize)]
@@ -157,12 +215,14 @@ pub struct GpuBenchReport {
     pub peak_bytes_per_s: f64,
     /// Bytes of weights one decode step reads (the KV cache comes on top).
     pub weight_bytes_per_token: usize,
-    /// One row per matmul kernel version and context.
+    /// One kernel launch, back to back, µs ([`launch_latency_us`]).
+    pub launch_latency_us: f64,
+    /// One row per kernel plan ([`PLANS`]) and context.
     pub rows: Vec<BenchRow>,
 }
 
-/// Measures `model` at every context in `contexts`, once with each matmul kernel
-/// (v1: one thread per output; v2: the tiled one both paths use by default).
+/// Measures `model` at every context in `contexts`, once with each kernel plan ([`PLANS`]:
+/// unfused with matmul v1 and v2, fused, fused with CUDA graphs).
 pub fn run(
     model: &mut GpuModel,
     model_name: &str,
@@ -174,19 +234,27 @@ pub fn run(
     for &context in contexts {
         check_sizes(max, context, decode_tokens)?;
     }
+    let launch_latency = launch_latency_us(model, 2000)?;
+    let saved = (model.matmul, model.fused, model.graphs);
     let mut rows = Vec::new();
-    for matmul in [MatmulVersion::V1, MatmulVersion::V2] {
+    for (matmul, fused, graphs) in PLANS {
         model.matmul = matmul;
+        model.set_plan(fused, graphs)?;
         for &context in contexts {
-            rows.push(bench_context(
+            let row = bench_context(
                 model,
                 context,
                 decode_tokens,
                 H200_HBM_BYTES_PER_S,
-            )?);
+                launch_latency,
+            );
+            if row.is_err() {
+                (model.matmul, model.fused, model.graphs) = saved;
+            }
+            rows.push(row?);
         }
     }
-    model.matmul = MatmulVersion::V2;
+    (model.matmul, model.fused, model.graphs) = saved;
     Ok(GpuBenchReport {
         device: model.describe(),
         model: model_name.to_string(),
@@ -194,6 +262,7 @@ pub fn run(
         decode_tokens,
         peak_bytes_per_s: H200_HBM_BYTES_PER_S,
         weight_bytes_per_token: model.weights.bytes_read_per_token(),
+        launch_latency_us: launch_latency,
         rows,
     })
 }

@@ -198,7 +198,6 @@ pub fn bench(r: &BenchReport) {
 /// `kvlab bench --device cuda`.
 #[cfg(feature = "cuda")]
 pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
-    use kvlab::cuda::{AttentionVersion, MatmulVersion};
     outln!(
         "kvlab bench — {} ({} params) on {}",
         r.model,
@@ -206,16 +205,16 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
         r.device
     );
     outln!(
-        "decode: {} greedy tokens after a prompt of `context` tokens; {:.1} MB of weights read per token (+ the KV cache); roofline = bytes per token / {:.1e} B/s (H200 HBM)",
+        "decode: {} greedy tokens after a prompt of `context` tokens; {:.1} MB of weights read per token (+ the KV cache); HBM roof = bytes per token / {:.1e} B/s (H200); launch roof = 1 / (launches per token x {:.2} µs measured per launch)",
         r.decode_tokens,
         r.weight_bytes_per_token as f64 / 1e6,
-        r.peak_bytes_per_s
+        r.peak_bytes_per_s,
+        r.launch_latency_us
     );
     outln!(
-        "{:>5} {:>6} {:>5} {:>7} | {:>10} {:>11} | {:>9} {:>8} {:>12} | {:>10} | {:>9} {:>7} {:>9}",
+        "{:>5} {:<30} {:>7} | {:>10} {:>11} | {:>9} {:>8} {:>12} | {:>10} | {:>9} {:>7} | {:>8} {:>10} {:>7}",
         "wts",
-        "matmul",
-        "attn",
+        "kernels",
         "context",
         "prefill",
         "prefill/s",
@@ -225,15 +224,15 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
         "naive step",
         "MB/token",
         "of HBM",
-        "launches"
+        "launches",
+        "launch roof",
+        "of roof"
     );
-    let v = |v2: bool| if v2 { "v2" } else { "v1" };
     for row in &r.rows {
         outln!(
-            "{:>5} {:>6} {:>5} {:>7} | {:>7.2} ms {:>11.0} | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms | {:>9.1} {:>6.1}% {:>9.0}",
+            "{:>5} {:<30} {:>7} | {:>7.2} ms {:>11.0} | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms | {:>9.1} {:>6.1}% | {:>8.0} {:>10.0} {:>6.1}%",
             row.weights.name(),
-            v(row.matmul == MatmulVersion::V2),
-            v(row.attention == AttentionVersion::V2),
+            row.kernels,
             row.context,
             row.prefill_ms,
             row.prefill_tok_s,
@@ -243,7 +242,9 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
             row.naive_step_ms,
             row.bytes_per_token as f64 / 1e6,
             row.hbm_fraction * 100.0,
-            row.launches_per_token
+            row.launches_per_token,
+            row.launch_roof_tok_s,
+            row.launch_fraction * 100.0
         );
     }
 }
