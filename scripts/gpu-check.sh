@@ -12,10 +12,14 @@
 #         1. the GPU and its driver (nvidia-smi)
 #         2. finds libnvrtc.so.13 (beside its libnvrtc-builtins) and cuda_bf16.h, preferring an
 #            NVRTC no newer than the driver, and exports LD_LIBRARY_PATH and CUDA_INCLUDE_DIR
-#         3. the CUDA tests: every kernel against its CPU twin (max error, then time), GPU
-#            naive == cached bit for bit, GPU logits vs CPU logits, greedy tokens GPU == CPU
-#         4. the benchmark: prefill and decode tokens/s at 128/512/1024 tokens of context,
-#            fraction of HBM bandwidth, kernel launches per token (KVLAB_BENCH_CONTEXTS=...)
+#         3. the CUDA tests: every kernel version against its CPU twin (max error, then time),
+#            fused == unfused bit for bit, GPU naive == cached bit for bit, GPU logits vs CPU
+#            logits, graph replay == eager, greedy tokens GPU == CPU; then every "max error"
+#            line again, as one list
+#         4. the benchmark, f32 and bf16, each kernel plan (unfused v1/v2, fused, fused +
+#            CUDA graphs) at 128/512/1024/2048 tokens of context (KVLAB_BENCH_CONTEXTS=...):
+#            prefill tokens/s, decode tokens/s, naive vs cached step (the gap), fraction of
+#            the HBM roof and of the launch roof (launches x measured launch latency)
 #         5. `kvlab demo --device cuda` in f32 and bf16: naive vs cached through the CLI
 #       Everything is also written to $OUT/gpu-check.log when $OUT is set.
 #
@@ -32,7 +36,7 @@ prepare() {
     mkdir -p "$BUNDLE"
     cp target/release/kvlab "$BUNDLE/kvlab"
     local t test_bin
-    for t in cuda_kernels cuda_paths cuda_bench; do
+    for t in cuda_kernels cuda_fused cuda_paths cuda_bench; do
         test_bin=$(cargo test --release --features cuda --test "$t" --no-run 2>&1 |
             tee /dev/stderr | sed -n "s/.*Executable tests\/$t.rs (\(.*\))\$/\1/p" | tail -1)
         if [ -z "$test_bin" ] || [ ! -x "$test_bin" ]; then
@@ -147,7 +151,7 @@ find_binary() { # $1: bundle name, $2: glob under target/release
 
 run_check() {
     local test_bins=() t b kvlab
-    for t in cuda-kernels cuda-paths cuda-bench; do
+    for t in cuda-kernels cuda-fused cuda-paths cuda-bench; do
         b=$(find_binary "$t" "target/release/deps/${t//-/_}-*")
         [ -n "$b" ] && test_bins+=("$b")
     done
@@ -170,17 +174,22 @@ run_check() {
 
     find_nvrtc "$driver_cuda"
 
-    echo "== 3. CUDA tests (kernels vs CPU, naive == cached, GPU vs CPU)"
-    if [ "${#test_bins[@]}" -eq 3 ]; then
-        local failed=0
+    echo "== 3. CUDA tests (kernels vs CPU twins, fused == unfused, naive == cached, GPU vs CPU, graphs)"
+    if [ "${#test_bins[@]}" -eq 4 ]; then
+        local failed=0 log
+        log=$(mktemp)
         for b in "${test_bins[@]}"; do
             echo "-- $b"
-            KVLAB_REQUIRE_GPU=1 timeout 240 "$b" --test-threads=1 --nocapture || failed=$?
+            KVLAB_REQUIRE_GPU=1 timeout 200 "$b" --test-threads=1 --nocapture 2>&1 | tee -a "$log"
+            [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
         done
+        echo "-- every kernel version's max error against its CPU twin (from the tests above)"
+        grep -E 'max error|exact|bitwise' "$log" | sed 's/^ */   /'
+        rm -f "$log"
         if [ "$failed" -eq 0 ]; then
             record "3. tests" "PASS"
         else
-            record "3. tests" "FAIL (exit $failed)"
+            record "3. tests" "FAIL"
         fi
     else
         record "3. tests" "test binaries missing (run \`bash scripts/gpu-check.sh prepare\` where cargo is)"
@@ -190,8 +199,8 @@ run_check() {
     if [ -n "$kvlab" ]; then
         local dtype
         for dtype in f32 bf16; do
-            if timeout 150 "$kvlab" bench --device cuda --gpu-dtype "$dtype" --random-weights \
-                --contexts "${KVLAB_BENCH_CONTEXTS:-128,512,1024}"; then
+            if timeout 240 "$kvlab" bench --device cuda --gpu-dtype "$dtype" --random-weights \
+                --contexts "${KVLAB_BENCH_CONTEXTS:-128,512,1024,2048}"; then
                 record "4. bench $dtype" "done"
             else
                 record "4. bench $dtype" "FAIL (exit $?)"

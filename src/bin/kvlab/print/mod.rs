@@ -212,7 +212,7 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
         r.launch_latency_us
     );
     outln!(
-        "{:>5} {:<30} {:>7} | {:>10} {:>11} | {:>9} {:>8} {:>12} | {:>10} | {:>9} {:>7} | {:>8} {:>10} {:>7}",
+        "{:>5} {:<30} {:>7} | {:>10} {:>11} | {:>9} {:>8} {:>12} | {:>10} {:>6} | {:>9} {:>7} | {:>8} {:>10} {:>7}",
         "wts",
         "kernels",
         "context",
@@ -222,6 +222,7 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
         "tok/s",
         "tok/s(argmx)",
         "naive step",
+        "gap",
         "MB/token",
         "of HBM",
         "launches",
@@ -230,7 +231,7 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
     );
     for row in &r.rows {
         outln!(
-            "{:>5} {:<30} {:>7} | {:>7.2} ms {:>11.0} | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms | {:>9.1} {:>6.1}% | {:>8.0} {:>10.0} {:>6.1}%",
+            "{:>5} {:<30} {:>7} | {:>7.2} ms {:>11.0} | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms {:>5.0}x | {:>9.1} {:>6.1}% | {:>8.0} {:>10.0} {:>6.1}%",
             row.weights.name(),
             row.kernels,
             row.context,
@@ -240,6 +241,7 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
             row.decode_tok_s,
             row.decode_device_argmax_tok_s,
             row.naive_step_ms,
+            row.naive_step_ms / row.decode_ms,
             row.bytes_per_token as f64 / 1e6,
             row.hbm_fraction * 100.0,
             row.launches_per_token,
