@@ -115,6 +115,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_v3_split(
     }
 }
 
+// ANCHOR: attention_v3_combine
 // out: [n, n_heads, head_dim].
 extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_v3_combine(
     float* out, const float* part_acc, const float* part_ml, const int* pos, int n, int n_heads,
@@ -139,3 +140,4 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_v3_combine(
         out_head[d] = o / l_all;
     }
 }
+// ANCHOR_END: attention_v3_combine

@@ -85,6 +85,7 @@ __device__ __forceinline__ float dot_column(const float* row, const W* w, int d_
 // memory. Output t is skipped when its width is 0; bias_t is read only when bit t of
 // bias_mask is set. Columns 0..d_a go to out_a, then d_b to out_b, then d_c to out_c.
 
+// ANCHOR: rmsnorm_matmul
 template <typename W>
 __device__ void rmsnorm_matmul(float* out_a, float* out_b, float* out_c, const float* x,
                                const float* norm_w, float eps, const W* w_a, const W* w_b,
@@ -109,6 +110,7 @@ __device__ void rmsnorm_matmul(float* out_a, float* out_b, float* out_c, const f
     if (bias_mask & (1 << t)) acc += bias[col];  // add_bias's x + bias
     out[(size_t)r * width + col] = acc;
 }
+// ANCHOR_END: rmsnorm_matmul
 
 extern "C" __global__ void __launch_bounds__(THREADS) fused_rmsnorm_matmul_f32(
     float* out_a, float* out_b, float* out_c, const float* x, const float* norm_w, float eps,

@@ -42,6 +42,7 @@ __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162flo
 // ---------------------------------------------------------------------------------------------
 // v1: one thread per output element.
 
+// ANCHOR: matmul_v1
 template <typename W>
 __device__ void matmul_v1(float* out, const float* x, const W* w, int n, int d_in, int d_out) {
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -53,6 +54,7 @@ __device__ void matmul_v1(float* out, const float* x, const W* w, int n, int d_i
     for (int k = 0; k < d_in; k++) acc += x_row[k] * to_f32(w[(size_t)k * d_out + c]);
     out[idx] = acc;
 }
+// ANCHOR_END: matmul_v1
 
 extern "C" __global__ void __launch_bounds__(256) matmul_v1_f32(float* out, const float* x, const float* w,
                                          int n, int d_in, int d_out) {
@@ -69,6 +71,7 @@ extern "C" __global__ void __launch_bounds__(256) matmul_v1_bf16(float* out, con
 
 #define TILE 16
 
+// ANCHOR: matmul_v2
 template <typename W>
 __device__ void matmul_v2(float* out, const float* x, const W* w, int n, int d_in, int d_out) {
     __shared__ float x_tile[TILE][TILE];  // [row in tile][k in tile]
@@ -92,6 +95,7 @@ __device__ void matmul_v2(float* out, const float* x, const W* w, int n, int d_i
     }
     if (r < n && c < d_out) out[(size_t)r * d_out + c] = acc;
 }
+// ANCHOR_END: matmul_v2
 
 extern "C" __global__ void __launch_bounds__(TILE * TILE) matmul_v2_f32(float* out, const float* x, const float* w,
                                          int n, int d_in, int d_out) {
