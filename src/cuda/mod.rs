@@ -6,14 +6,22 @@
 //! - [`nvrtc`] — how the kernel source becomes GPU code while kvlab runs;
 //! - [`gpu`] — opening the GPU, and the checks that make "no GPU here" an error, not a crash;
 //! - [`ops`] — one safe Rust function per kernel launch (src/ops.rs on the GPU);
+//!   [`ops_attention`] the same for the KV append and attention v1/v2/paged;
+//! - [`ops_fused`] — the fused kernels (RMSNorm→QKV, residual epilogues, SwiGLU→down,
+//!   RoPE + KV append), each bitwise equal to the unfused chain it replaces;
+//! - [`ops_splitk`] — attention v3, split-K (Flash-Decoding) for long contexts;
 //! - [`weights`] — the model uploaded once, in f32 or bf16;
 //! - [`kv_cache`] — the KV cache in GPU memory (src/cache/preallocated.rs);
-//! - [`forward`] — the forward pass (src/model.rs), naive and cached;
+//! - [`forward`] — the forward pass (src/model.rs), naive and cached; [`forward_fused`] the
+//!   same pass with the fused kernels, 7 launches per layer instead of 15;
+//! - [`graph`] — the cached decode step captured once as a CUDA graph, replayed per token;
 //! - [`decoder`] — the two paths behind the generation loop's `Decoder` trait
 //!   (`src/backend.rs` picks one; `src/lab/gpu_bench.rs` measures them against the
 //!   memory-bandwidth roofline, `kvlab bench --device cuda`);
 //! - [`speculative`] — greedy speculative decoding with the n-gram drafter, verified on the
 //!   GPU (src/speculative/decode.rs).
+//!
+//! Book chapter: "The CUDA backend: kernels and their CPU twins" (book/src/cuda.md).
 //!
 //! What the GPU changes, and what it does not: the arithmetic is the CPU's (f32 sums, the
 //! same RoPE tables, the same softmax; the matmuls even run the CPU's exact chain of fused
@@ -147,7 +155,7 @@ impl GpuModel {
         })
     }
 
-    /// E.g. `cuda: NVIDIA H200 (sm_90, driver 13.0, NVRTC 13.0, PTX compute_90), weights bf16, kernels matmul v2, attention v2`.
+    /// E.g. `cuda: NVIDIA H200 (sm_90, driver 13.0, NVRTC 13.0, code compute_90), weights bf16, kernels matmul v2, attention v2`.
     pub fn describe(&self) -> String {
         format!(
             "cuda: {}, weights {}, kernels {}",
