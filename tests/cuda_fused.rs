@@ -605,9 +605,13 @@ fn gpu_fused_paths_naive_equals_cached_and_match_cpu() {
 /// chunk, and after a greedy step); the launches per step are counted, not timed.
 #[test]
 fn gpu_graph_decode_equals_eager_and_counts_one_launch() {
-    let Some(gpu) = gpu_or_skip("gpu_graph_decode_equals_eager_and_counts_one_launch") else {
+    if gpu_or_skip("gpu_graph_decode_equals_eager_and_counts_one_launch").is_none() {
         return;
-    };
+    }
+    // A GPU of its own (its own stream and launch counter): the other tests of this binary
+    // share one and may run on other threads, and work queued on a stream while it is being
+    // captured would end up in the graph, and their launches in this test's counts.
+    let gpu = std::sync::Arc::new(kvlab::cuda::Gpu::new().unwrap());
     let long = long_model();
     for (name, model) in [("SmolLM2 shape", smollm2()), ("2 layers, biases", &long)] {
         let prompt = random_tokens(250, model.config.vocab_size, 80); // the steps cross 256

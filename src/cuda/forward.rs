@@ -155,9 +155,9 @@ impl GpuModel {
     /// Runs `tokens` (positions `start_pos..start_pos + n`) through every layer and leaves the
     /// **last** token's logits in `st.logits`, on the GPU. Mirrors `Model::forward`.
     ///
-    /// Three steps: check the request and find its position ([`GpuModel::begin_pass`]); copy
-    /// the token ids and the position to the GPU ([`GpuModel::stage_inputs`]); queue the
-    /// kernels ([`GpuModel::forward_kernels`]) — only launches, which is what a CUDA graph
+    /// Three steps: check the request and find its position (`begin_pass`); copy
+    /// the token ids and the position to the GPU (`stage_inputs`); queue the
+    /// kernels (`forward_kernels`) — only launches, which is what a CUDA graph
     /// can capture (src/cuda/graph.rs).
     pub fn forward(&self, tokens: &[u32], mut kv: GpuKvSource, st: &mut RunState) -> Result<()> {
         let start_pos = self.begin_pass(tokens.len(), &kv, st)?;

@@ -15,6 +15,11 @@
 //! the cache's whole capacity and skips the chunks past the position). The buffers a graph
 //! points into (the decoder's `RunState` and KV cache, the model's weights) live at least as
 //! long as the decoder that owns the graph, and are never reallocated under it.
+//!
+//! Capture is per stream, not per thread: anything queued on the [`super::Gpu`]'s stream while
+//! a step is being captured — by another thread sharing that `Gpu` — would be recorded into
+//! the graph instead of running. kvlab's decoders run on one thread; a test that captures
+//! opens a `Gpu` of its own.
 
 use super::forward::{GpuKvSource, RunState};
 use super::gpu::CudaContextExt;
