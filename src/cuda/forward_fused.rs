@@ -57,7 +57,7 @@ impl GpuModel {
         gpu.embedding_ids(&mut x.slice_mut(..n * dim), &w.embed, &tokens.slice(..n))?;
 
         for (l, layer) in w.layers.iter().enumerate() {
-            // ---- attention block: 4 launches ----
+            // ---- attention block: 5 launches ----
             // RMSNorm, then Q, K and V (and their biases) in one launch.
             gpu.rmsnorm_matmul(
                 &mut [

@@ -22,9 +22,10 @@ use cudarc::driver::{CudaView, CudaViewMut, DevicePtr, DevicePtrMut, LaunchConfi
 /// Threads per block of every fused matmul (`THREADS` in fused.cu): one output column each.
 const THREADS: usize = 256;
 
-/// The widest input row the fused matmuls stage in shared memory: 48 KiB of f32, the
-/// dynamic shared memory every CUDA GPU gives a block without opting in.
-pub const MAX_FUSED_D_IN: usize = 48 * 1024 / 4;
+/// The widest input row the fused matmuls stage in shared memory: 40 KiB of f32. A block
+/// gets 48 KiB of shared memory without opting in, and the kernels' own static shared
+/// variables (RMSNorm's 8 warp sums and its result) need some of it.
+pub const MAX_FUSED_D_IN: usize = 10 * 1024;
 
 /// One output of [`Gpu::rmsnorm_matmul`]: `out = rmsnorm(x) · w (+ bias)`.
 pub struct MatmulOut<'a, 'b> {
@@ -163,7 +164,7 @@ impl Gpu {
         // d_t > 0 is written below n*d_t (checked) from a [d_in, d_t] matrix (checked) and
         // bias_t[..d_t] only when its bit is set (checked length). Widths of absent outputs
         // are 0, so their placeholder pointers are never dereferenced. Shared memory:
-        // d_in floats, the bytes requested (<= 48 KiB, checked).
+        // d_in floats, the bytes requested (<= 40 KiB, checked).
         let launched = unsafe { self.launch(&mut b, cfg, "fused_rmsnorm_matmul") };
         drop(guards);
         launched
@@ -241,7 +242,7 @@ impl Gpu {
         // SAFETY: fused_[swiglu_]matmul_residual_{f32,bf16}(x, a[, up], w, n, d_in, d_out)
         // matches the kernel picked for this prologue and weight format; it reads a (and up)
         // below n*d_in and updates x below n*d_out (all checked), and w[..d_in*d_out] (a
-        // GpuMatrix holds exactly rows*cols). Shared memory: d_in floats (<= 48 KiB, checked).
+        // GpuMatrix holds exactly rows*cols). Shared memory: d_in floats (<= 40 KiB, checked).
         unsafe { self.launch(&mut b, cfg, what) }
     }
 
