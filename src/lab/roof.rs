@@ -21,12 +21,13 @@ pub use super::peak::{fma_peak, fma_peak_with, FmaPeak};
 
 // ANCHOR: intensity
 /// Bytes of the weights every forward pass reads once, whatever its token count: the
-/// weight matrices (every layer's and the LM head) at `size_of::<E>()` bytes each — 4 in
-/// f32, 2 in bf16 — and the norms and biases, which stay f32. The embedding is not here:
-/// a pass reads only its tokens' rows of it.
+/// weight matrices (every layer's and the LM head) in their format — 4 bytes a weight in
+/// f32, 2 in bf16, 576 per int8 block of 512 (1.125) — and the norms and biases, which
+/// stay f32. The embedding is not here: a pass reads only its tokens' rows of it.
 pub fn streamed_weight_bytes<E: WeightElem>(model: &Model<E>) -> f64 {
     let f32_len = |v: &ndarray::Array1<f32>| v.len();
     let bias_len = |b: &Option<ndarray::Array1<f32>>| b.as_ref().map_or(0, f32_len);
+    // Elements, not weights: `size_of::<E>()` is an element's bytes (an int8 block's 576).
     let (mut matrices, mut vectors) = (model.lm_head.len(), model.final_norm.len());
     for l in &model.layers {
         matrices += [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
