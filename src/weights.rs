@@ -66,9 +66,8 @@ impl Model {
     /// f32. Fails, naming the matrix, when a dimension is not a whole number of blocks
     /// (inputs a multiple of 32, outputs of 16) or a weight has no Q8_0 form.
     pub fn to_int8(&self) -> Result<Model<Q8Block>> {
-        let quantize = |w: &Array2<f32>, name: &str| {
-            q8::quantize(w).map_err(|e| int8_error(name, &e))
-        };
+        let quantize =
+            |w: &Array2<f32>, name: &str| q8::quantize(w).map_err(|e| int8_error(name, &e));
         let mut embed = self.embed.clone();
         for mut row in embed.rows_mut() {
             let values = q8::round_trip_q8_0(row.as_slice().expect("contiguous rows"))

@@ -161,7 +161,12 @@ fn q8_blocks<const G: usize>(
         let mut acc = [[_mm256_setzero_ps(); 2]; G]; // [G][16 columns]
         for (a, o) in acc.iter_mut().zip(out_g.chunks_exact(Q8_COLS)) {
             // SAFETY: `o` is 16 f32: two 8-lane loads.
-            *a = unsafe { [_mm256_loadu_ps(o.as_ptr()), _mm256_loadu_ps(o.as_ptr().add(8))] };
+            *a = unsafe {
+                [
+                    _mm256_loadu_ps(o.as_ptr()),
+                    _mm256_loadu_ps(o.as_ptr().add(8)),
+                ]
+            };
         }
         for (k, &x_rk) in x_r.iter().enumerate() {
             let x_rk = _mm256_set1_ps(x_rk);

@@ -35,7 +35,15 @@ pub trait WeightElem: Copy + Send + Sync + 'static {
     fn widen_row(w: &[Self], d_out: usize, k: usize, j0: usize, dst: &mut [f32]);
 
     /// The decode strip of [`Isa::strip`] for this format (shapes already checked).
-    fn strip(isa: Isa, x: &[f32], d_in: usize, w: &[Self], d_out: usize, j0: usize, out: &mut [f32]);
+    fn strip(
+        isa: Isa,
+        x: &[f32],
+        d_in: usize,
+        w: &[Self],
+        d_out: usize,
+        j0: usize,
+        out: &mut [f32],
+    );
 
     /// `(d_in, d_out)` of the matrix stored as the array `w`.
     fn dims(w: &ndarray::Array2<Self>) -> (usize, usize) {

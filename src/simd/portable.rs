@@ -21,14 +21,7 @@ pub fn tile(x: &[f32], d_in: usize, panel: &[f32], tile: &mut [f32]) {
 }
 
 /// `out[r][c] = Σ_k x[r][k] · w[k][j0 + c]`: see [`super::Isa::strip`].
-pub fn strip<W: Scalar>(
-    x: &[f32],
-    d_in: usize,
-    w: &[W],
-    d_out: usize,
-    j0: usize,
-    out: &mut [f32],
-) {
+pub fn strip<W: Scalar>(x: &[f32], d_in: usize, w: &[W], d_out: usize, j0: usize, out: &mut [f32]) {
     let width = out.len() / (x.len() / d_in);
     out.fill(0.0);
     for k in 0..d_in {
@@ -45,14 +38,7 @@ pub fn strip<W: Scalar>(
 /// [`strip`] on int8 blocks: for each block, each row `r` of `x` and each of the block's
 /// 32 rows `k`, the 16 columns' weights `q · scale` (exact) join the same chains of
 /// fused multiply-adds, `k` in increasing order, as in the f32 strip.
-pub fn strip_q8(
-    x: &[f32],
-    d_in: usize,
-    w: &[Q8Block],
-    d_out: usize,
-    j0: usize,
-    out: &mut [f32],
-) {
+pub fn strip_q8(x: &[f32], d_in: usize, w: &[Q8Block], d_out: usize, j0: usize, out: &mut [f32]) {
     let width = out.len() / (x.len() / d_in);
     let blocks_per_row = d_out / Q8_COLS;
     out.fill(0.0);

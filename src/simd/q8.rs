@@ -98,8 +98,10 @@ pub fn quantize(w: &Array2<f32>) -> Result<Array2<Q8Block>, String> {
             blocks.push(block);
         }
     }
-    Ok(Array2::from_shape_vec((d_in / Q8_ROWS, d_out / Q8_COLS), blocks)
-        .expect("one block per 32 x 16 weights"))
+    Ok(
+        Array2::from_shape_vec((d_in / Q8_ROWS, d_out / Q8_COLS), blocks)
+            .expect("one block per 32 x 16 weights"),
+    )
 }
 
 /// The f32 matrix of the blocks' exact values, `[d_in, d_out]`: the int8 model's plain twin.
@@ -115,9 +117,12 @@ pub fn dequantize(w: &Array2<Q8Block>) -> Array2<f32> {
 pub fn round_trip_q8_0(row: &[f32]) -> Result<Vec<f32>, String> {
     let mut out = Vec::with_capacity(row.len());
     for block in row.chunks(Q8_ROWS) {
-        let values: &[f32; Q8_ROWS] = block
-            .try_into()
-            .map_err(|_| format!("a row of {} values does not split into Q8_0 blocks of {Q8_ROWS}", row.len()))?;
+        let values: &[f32; Q8_ROWS] = block.try_into().map_err(|_| {
+            format!(
+                "a row of {} values does not split into Q8_0 blocks of {Q8_ROWS}",
+                row.len()
+            )
+        })?;
         let (d, q) = quantize_q8_0(values)?;
         out.extend(q.iter().map(|&q| q as f32 * d));
     }
