@@ -127,4 +127,27 @@ mod tests {
         let i = decode_intensity(&half, 0);
         assert!(i > 0.95 && i < 1.0, "{i}");
     }
+
+    #[test]
+    fn int8_weights_take_1_125_bytes_each() {
+        let model = Model::random(Config::smollm2_135m(), 0).unwrap();
+        let int8 = model.to_int8().unwrap();
+        let (full_w, int8_w) = (streamed_weight_bytes(&model), streamed_weight_bytes(&int8));
+        // Every matrix at 576 bytes per block of 512 weights instead of 4 bytes a weight;
+        // the f32 norms the same in both.
+        let matrix_weights = (model.n_params() - model.embed.len() + model.lm_head.len()
+            - (model.layers.len() * 2 + 1) * model.config.hidden_size)
+            as f64;
+        assert_eq!(model.n_params(), int8.n_params());
+        assert_eq!(full_w - int8_w, (4.0 - 1.125) * matrix_weights);
+        for t in [0, 512] {
+            assert_eq!(
+                decode_bytes(&model, t) - decode_bytes(&int8, t),
+                full_w - int8_w
+            );
+        }
+        // 2 FLOPs per 1.125 bytes: the intensity near 1.78, still far left of any ridge.
+        let i = decode_intensity(&int8, 0);
+        assert!(i > 1.7 && i < 1.78, "{i}");
+    }
 }
