@@ -165,6 +165,9 @@ fn int8_blocks_hold_llama_cpp_q8_0_values() {
             }
         }
     }
+    // Quantizing the dequantized values gives the same blocks back: a Q8_0 GGUF imported
+    // to f32 (`kvlab import-gguf`) and run with `--dtype int8` holds the file's blocks.
+    assert_eq!(q8::quantize(&ours).unwrap(), blocks);
     // A scale of 0 for an all-zero run; NaN and huge weights refused, by name.
     let zeros = q8::quantize(&Array2::zeros((32, 16))).unwrap();
     assert!(zeros[[0, 0]].scales.iter().all(|&s| s == 0.0));
