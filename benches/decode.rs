@@ -4,7 +4,7 @@
 //! 128 and 512, and prefill throughput at 128 and 512 tokens. Then a summary a
 //! learner can read (JSON), with the speedups and the memory roofline.
 //!
-//! Then the same with bf16 weights, and the prefill figures as fractions of the
+//! Then the same with bf16 and with int8 weights, and the prefill figures as fractions of the
 //! measured FMA peak (`kvlab::roof`).
 //!
 //! `cargo bench -- --quick` for a fast pass; `KVLAB_BENCH_SUMMARY=0` skips the summary.
@@ -101,8 +101,18 @@ fn summary() {
 /// The same decode step and prefill with bf16 weights (`Model::to_bf16`): half
 /// the bytes per weight, the same f32 arithmetic.
 fn bf16(c: &mut Criterion) {
-    let model = model().to_bf16();
-    let mut group = c.benchmark_group("bf16");
+    in_format(c, "bf16", &model().to_bf16());
+}
+
+/// And with int8 blocks (`Model::to_int8`, Q8_0): 1.125 bytes per weight, each an exact
+/// f32 value, the same f32 arithmetic.
+fn int8(c: &mut Criterion) {
+    in_format(c, "int8", &model().to_int8().unwrap());
+}
+
+/// A cached decode step at contexts 1 and 512, and a prefill of 512, with weights in `E`.
+fn in_format<E: kvlab::simd::WeightElem>(c: &mut Criterion, name: &str, model: &Model<E>) {
+    let mut group = c.benchmark_group(name);
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(5));
@@ -141,7 +151,7 @@ fn bf16(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, per_token, prefill, bf16);
+criterion_group!(benches, per_token, prefill, bf16, int8);
 
 fn main() {
     benches();

@@ -8,7 +8,7 @@
 # plotters (book/src/figures/NAME.svg) and writes its caption (NAME.md: what is plotted,
 # the numbers, the commands, machine, date and commit), which the pages include.
 #
-# About 4 minutes on a 2-core machine with SmolLM2-135M (the naive path is the slow
+# About 6 minutes on a 2-core machine with SmolLM2-135M (the naive path is the slow
 # part, on purpose). Run it on an otherwise idle machine: anything else running shows up
 # in the timings. Bigger runs through the variables below, e.g.
 #   PREFILL=16,64,256,1024 CONTEXTS=16,64,256,1024 REPS=5 bash scripts/figures.sh
@@ -99,6 +99,14 @@ measure() {
 START=$SECONDS
 # TTFT vs prompt length, one decode step of each path at each context, both roofs.
 measure bench.json -- bench --model "$MODEL" --prefill "$PREFILL" --contexts "$CONTEXTS" --reps "$REPS" --json
+# The weight formats and thread scaling: f32 and int8 weights at 1 and 2 threads, one JSON
+# line per run (the README's and roofline.md's int8 and thread figures).
+selected bench_dtypes && rm -f "$DATA/bench_dtypes.jsonl" "$DATA/bench_dtypes.cmd"
+for threads in 1 2; do
+    for dtype in f32 int8; do
+        APPEND=1 measure bench_dtypes.jsonl -- bench --model "$MODEL" --prefill 128,512 --contexts 1,512 --reps "$REPS" --threads "$threads" --dtype "$dtype" --json
+    done
+done
 # use_cache=True vs use_cache=False on one request. Random weights: the request runs to
 # max_new_tokens instead of stopping at an end-of-turn token.
 measure compare.json -- compare --random-weights --prompt-len "$COMPARE_PROMPT_LEN" --max-new-tokens "$COMPARE_NEW" --json

@@ -12,7 +12,7 @@ use crate::generate::{
     check_request, generate_with, Cached, Decoder, GenerateOptions, Generation, Naive, PathKind,
 };
 use crate::model::Model;
-use crate::simd::WeightElem;
+use crate::simd::{Q8Block, WeightElem};
 use half::bf16;
 
 /// Where the cached path keeps K and V: a layout, and the block size of the paged ones.
@@ -35,8 +35,8 @@ impl Default for CacheLayout {
 // ANCHOR: cpu_decoder
 /// The CPU decoder for `path`, sized for `prompt_len + max_new_tokens` positions. The
 /// naive path keeps no cache; the cached one keeps it in `layout` (preallocated: the
-/// whole request reserved up front, book: cache-layouts.md). The weights may be f32 or
-/// bf16 (`E`): the same decoders, the same f32 arithmetic on the widened weights.
+/// whole request reserved up front, book: cache-layouts.md). The weights may be f32,
+/// bf16 or int8 (`E`): the same decoders, the same f32 arithmetic on the widened weights.
 pub fn cpu_decoder<'a, E: WeightElem>(
     model: &'a Model<E>,
     path: PathKind,
@@ -87,21 +87,25 @@ pub enum Backend<'a> {
     Cpu(&'a Model),
     /// bf16 weights: the loaded model converted once (`Model::to_bf16`).
     CpuBf16(Box<Model<bf16>>),
+    /// int8 weights (Q8_0 blocks): the loaded model quantized once (`Model::to_int8`).
+    CpuInt8(Box<Model<Q8Block>>),
     #[cfg(feature = "cuda")]
     Cuda(crate::cuda::GpuModel),
 }
 
 impl<'a> Backend<'a> {
-    /// `model` on the CPU with its weights in `dtype` (bf16: converted here, once).
-    pub fn cpu(model: &'a Model, dtype: WeightDtype) -> Backend<'a> {
-        match dtype {
+    /// `model` on the CPU with its weights in `dtype` (bf16, int8: converted here, once;
+    /// int8 fails on a model whose matrices do not split into whole blocks).
+    pub fn cpu(model: &'a Model, dtype: WeightDtype) -> Result<Backend<'a>> {
+        Ok(match dtype {
             WeightDtype::F32 => Backend::Cpu(model),
             WeightDtype::Bf16 => Backend::CpuBf16(Box::new(model.to_bf16())),
-        }
+            WeightDtype::Int8 => Backend::CpuInt8(Box::new(model.to_int8()?)),
+        })
     }
 
     /// Prepares `model` for `device` (on CUDA: compiles the kernels and uploads the
-    /// weights in `gpu_dtype`; on the CPU: f32 weights, [`Backend::cpu`] for bf16).
+    /// weights in `gpu_dtype`; on the CPU: f32 weights, [`Backend::cpu`] for bf16 and int8).
     pub fn new(device: Device, model: &'a Model, gpu_dtype: GpuDtype) -> Result<Backend<'a>> {
         match device {
             Device::Cpu => Ok(Backend::Cpu(model)),
@@ -133,6 +137,7 @@ impl<'a> Backend<'a> {
         match self {
             Backend::Cpu(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
             Backend::CpuBf16(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
+            Backend::CpuInt8(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => {
                 if layout.kind != CacheKind::Preallocated {
@@ -152,7 +157,7 @@ impl<'a> Backend<'a> {
 
     pub fn device(&self) -> Device {
         match self {
-            Backend::Cpu(_) | Backend::CpuBf16(_) => Device::Cpu,
+            Backend::Cpu(_) | Backend::CpuBf16(_) | Backend::CpuInt8(_) => Device::Cpu,
             #[cfg(feature = "cuda")]
             Backend::Cuda(_) => Device::Cuda,
         }
@@ -164,6 +169,9 @@ impl<'a> Backend<'a> {
             Backend::Cpu(_) => format!("cpu ({} threads, f32)", rayon::current_num_threads()),
             Backend::CpuBf16(_) => {
                 format!("cpu ({} threads, bf16)", rayon::current_num_threads())
+            }
+            Backend::CpuInt8(_) => {
+                format!("cpu ({} threads, int8)", rayon::current_num_threads())
             }
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => gpu.describe(),

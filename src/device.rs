@@ -1,5 +1,5 @@
 //! Where the forward pass runs, and in what number format: the CPU (always), or a CUDA
-//! GPU (`--features cuda`); the CPU's weights in f32 or bf16, the GPU's likewise. Only the names live here; `src/backend.rs` turns them into
+//! GPU (`--features cuda`); the CPU's weights in f32, bf16 or int8, the GPU's in f32 or bf16. Only the names live here; `src/backend.rs` turns them into
 //! a running model and its decoders.
 
 use serde::Serialize;
@@ -31,7 +31,8 @@ impl GpuDtype {
 }
 
 /// Number format of the weights on the CPU (activations and sums stay f32): f32 as
-/// loaded, or bf16 from `Model::to_bf16` (half the bytes, book: roofline.md).
+/// loaded, bf16 from `Model::to_bf16` (half the bytes) or int8 from `Model::to_int8`
+/// (Q8_0 blocks, 1.125 bytes a weight; book: roofline.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WeightDtype {
@@ -40,6 +41,8 @@ pub enum WeightDtype {
     F32,
     /// Each weight rounded to bf16: half the bytes for memory-bound decode.
     Bf16,
+    /// int8 blocks with a scale per 32 inputs (Q8_0, `Model::to_int8`): 1.125 bytes a weight.
+    Int8,
 }
 
 impl WeightDtype {
@@ -47,6 +50,7 @@ impl WeightDtype {
         match self {
             WeightDtype::F32 => "f32",
             WeightDtype::Bf16 => "bf16",
+            WeightDtype::Int8 => "int8",
         }
     }
 }

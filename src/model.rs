@@ -24,8 +24,9 @@ use ndarray::{Array1, Array2};
 // ANCHOR: weights
 /// One transformer block's weights. Matrices are `[d_in, d_out]`: PyTorch's
 /// `[d_out, d_in]` transposed at load time, so `y = x · W` reads contiguous rows of `W`.
-/// Their element type `E` is f32 as loaded, or bf16 (`Model::to_bf16`, half the
-/// bytes for memory-bound decode); norms and biases stay f32.
+/// Their element type `E` is f32 as loaded, bf16 (`Model::to_bf16`, half the bytes for
+/// memory-bound decode) or int8 blocks (`Model::to_int8`: the array is then
+/// `[d_in / 32, d_out / 16]` blocks, see `simd::q8`); norms and biases stay f32.
 pub struct Layer<E = f32> {
     /// `[dim]`
     pub attn_norm: Array1<f32>,
@@ -175,7 +176,7 @@ impl<E: WeightElem> Model<E> {
             .collect();
         let eps = c.rms_norm_eps as f32;
         let linear = |input: &[f32], w: &Array2<E>| {
-            let (d_in, d_out) = w.dim();
+            let (d_in, d_out) = E::dims(w);
             let mut out = vec![0.0f32; input.len() / d_in * d_out];
             ops::matmuls(input, d_in, vec![(s(w), &mut out[..])]);
             out
@@ -257,7 +258,7 @@ impl<E: WeightElem> Model<E> {
             self.config.rms_norm_eps as f32,
             &mut normed,
         );
-        let (dim, vocab) = self.lm_head.dim();
+        let (dim, vocab) = E::dims(&self.lm_head);
         let mut logits = vec![0.0f32; vocab];
         debug_assert_eq!(dim, normed.len());
         in_pool(|| ops::matmuls(&normed, dim, vec![(s(&self.lm_head), &mut logits[..])]));
@@ -266,22 +267,23 @@ impl<E: WeightElem> Model<E> {
 
     /// Parameters, for the bandwidth roofline (weights streamed per decode step).
     pub fn n_params(&self) -> usize {
+        let weights = |w: &Array2<E>| E::weights(w); // not `len()`: an int8 block holds 512
         let layer_params: usize = self
             .layers
             .iter()
             .map(|l| {
                 l.attn_norm.len()
-                    + l.wq.len()
-                    + l.wk.len()
-                    + l.wv.len()
-                    + l.wo.len()
+                    + weights(&l.wq)
+                    + weights(&l.wk)
+                    + weights(&l.wv)
+                    + weights(&l.wo)
                     + l.bq.as_ref().map_or(0, |b| b.len())
                     + l.bk.as_ref().map_or(0, |b| b.len())
                     + l.bv.as_ref().map_or(0, |b| b.len())
                     + l.mlp_norm.len()
-                    + l.w_gate.len()
-                    + l.w_up.len()
-                    + l.w_down.len()
+                    + weights(&l.w_gate)
+                    + weights(&l.w_up)
+                    + weights(&l.w_down)
             })
             .sum();
         self.embed.len()
@@ -290,7 +292,7 @@ impl<E: WeightElem> Model<E> {
             + if self.tied_embeddings {
                 0
             } else {
-                self.lm_head.len()
+                weights(&self.lm_head)
             }
     }
 }

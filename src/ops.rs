@@ -68,7 +68,8 @@ pub fn matmul(x: &[f32], w: &[f32], out: &mut [f32], d_in: usize, d_out: usize) 
     matmul_on(Isa::detected(), x, w, out, d_in, d_out);
 }
 
-/// [`matmul`] with a chosen kernel version and weight format (f32 or bf16).
+/// [`matmul`] with a chosen kernel version and weight format (f32, bf16 or int8
+/// blocks: `w` is then the `[d_in / 32, d_out / 16]` array of blocks).
 pub fn matmul_on<W: WeightElem>(
     isa: Isa,
     x: &[f32],
@@ -77,7 +78,11 @@ pub fn matmul_on<W: WeightElem>(
     d_in: usize,
     d_out: usize,
 ) {
-    assert_eq!(w.len(), d_in * d_out, "w is not [d_in, d_out]");
+    assert_eq!(
+        w.len() * W::BLOCK_ROWS * W::BLOCK_COLS,
+        d_in * d_out,
+        "w is not [d_in, d_out]"
+    );
     matmuls_on(isa, x, d_in, vec![(w, out)]);
 }
 
@@ -96,7 +101,8 @@ pub fn matmuls_on<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, jobs: Vec<(&[
     assert_eq!(x.len(), n * d_in, "x is not [n, d_in]");
     for (w, out) in &jobs {
         assert!(
-            out.len().is_multiple_of(n.max(1)) && w.len() * n == d_in * out.len(),
+            out.len().is_multiple_of(n.max(1))
+                && w.len() * W::BLOCK_ROWS * W::BLOCK_COLS * n == d_in * out.len(),
             "w is not [d_in, d_out] or out is not [n, d_out]"
         );
     }
@@ -133,7 +139,7 @@ fn by_strips<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, mut jobs: Vec<(&[W
         let d_out = out.len() / n;
         let width = (STRIP_FLOATS / n)
             .min(d_out.div_ceil(threads))
-            .next_multiple_of(16);
+            .next_multiple_of(16); // a vector's columns, and an int8 block's
         for j0 in (0..d_out).step_by(width) {
             strips.push((job, j0, width.min(d_out - j0)));
         }
@@ -158,7 +164,7 @@ fn by_strips<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, mut jobs: Vec<(&[W
 }
 
 /// Prefill: `w` packed once into panels of [`PANEL`] columns, `[d_in, PANEL]`
-/// each (contiguous, zero-padded at the right edge, bf16 widened to f32), then
+/// each (contiguous, zero-padded at the right edge, bf16 or int8 widened to f32), then
 /// the rows split among threads; each thread runs every panel over its rows in
 /// tiles of [`Isa::tile_rows`] rows whose sums live in registers.
 fn by_panels<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, w: &[W], out: &mut [f32]) {
@@ -171,10 +177,8 @@ fn by_panels<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, w: &[W], out: &mut
         .enumerate()
         .for_each(|(p, panel)| {
             let (j0, width) = (p * PANEL, PANEL.min(d_out - p * PANEL));
-            for (dst, w_k) in panel.chunks_exact_mut(PANEL).zip(w.chunks_exact(d_out)) {
-                for (d, &src) in dst.iter_mut().zip(&w_k[j0..j0 + width]) {
-                    *d = src.to_f32();
-                }
+            for (k, dst) in panel.chunks_exact_mut(PANEL).enumerate() {
+                W::widen_row(w, d_out, k, j0, &mut dst[..width]);
             }
         });
     let tile_rows = isa.tile_rows();

@@ -1,5 +1,6 @@
-//! Weight storage in bf16: half the bytes of f32 for every matrix, so that
-//! memory-bound decode streams half as much (chapter "Performance to the roof").
+//! Weight storage in bf16 or int8: half, or 1.125 / 4, of the bytes of f32 for every
+//! matrix, so that memory-bound decode streams that much less (chapter "Performance to
+//! the roof").
 //!
 //! Rounding f32 → bf16 keeps the sign and the 8-bit exponent and rounds the
 //! mantissa from 23 bits to 7, to nearest, ties to even (what PyTorch's
@@ -9,7 +10,10 @@
 //! model, so within a bf16 model the naive and cached paths still agree bit for
 //! bit; against the f32 model the logits move by the rounding of the weights.
 
+use crate::error::{Error, Result};
 use crate::model::{Layer, Model};
+use crate::simd::q8::{self, Q8Block};
+use crate::simd::WeightElem;
 use half::bf16;
 use ndarray::{Array1, Array2};
 
@@ -51,4 +55,98 @@ impl Model {
             tied_embeddings: self.tied_embeddings,
         }
     }
+}
+
+// ANCHOR: to_int8
+impl Model {
+    /// The same model with every weight matrix stored as int8 blocks (Q8_0: 32 inputs
+    /// share a scale, `simd::q8`), 1.125 bytes a weight. As in [`Model::to_bf16`], the
+    /// embedding stays an f32 array but holds its rows' Q8_0 values (blocks of 32 along
+    /// the row: the very blocks of a tied LM head's columns), and norms and biases stay
+    /// f32. Fails, naming the matrix, when a dimension is not a whole number of blocks
+    /// (inputs a multiple of 32, outputs of 16) or a weight has no Q8_0 form.
+    pub fn to_int8(&self) -> Result<Model<Q8Block>> {
+        let quantize =
+            |w: &Array2<f32>, name: &str| q8::quantize(w).map_err(|e| int8_error(name, &e));
+        let mut embed = self.embed.clone();
+        for mut row in embed.rows_mut() {
+            let values = q8::round_trip_q8_0(row.as_slice().expect("contiguous rows"))
+                .map_err(|e| int8_error("the embedding", &e))?;
+            row.assign(&Array1::from(values));
+        }
+        let layers = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let q = |w, name: &str| quantize(w, &format!("layer {i} {name}"));
+                Ok(Layer {
+                    attn_norm: l.attn_norm.clone(),
+                    wq: q(&l.wq, "wq")?,
+                    wk: q(&l.wk, "wk")?,
+                    wv: q(&l.wv, "wv")?,
+                    wo: q(&l.wo, "wo")?,
+                    bq: l.bq.clone(),
+                    bk: l.bk.clone(),
+                    bv: l.bv.clone(),
+                    mlp_norm: l.mlp_norm.clone(),
+                    w_gate: q(&l.w_gate, "w_gate")?,
+                    w_up: q(&l.w_up, "w_up")?,
+                    w_down: q(&l.w_down, "w_down")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Model {
+            config: self.config.clone(),
+            embed,
+            layers,
+            final_norm: self.final_norm.clone(),
+            lm_head: quantize(&self.lm_head, "the LM head")?,
+            tied_embeddings: self.tied_embeddings,
+        })
+    }
+}
+
+impl Model<Q8Block> {
+    /// The plain twin: the f32 model whose weights are this model's exact int8 values.
+    /// Its logits are bit for bit this model's (`tests/paths_int8.rs`).
+    pub fn dequantize(&self) -> Model {
+        Model {
+            config: self.config.clone(),
+            embed: self.embed.clone(),
+            layers: self
+                .layers
+                .iter()
+                .map(|l| Layer {
+                    attn_norm: l.attn_norm.clone(),
+                    wq: q8::dequantize(&l.wq),
+                    wk: q8::dequantize(&l.wk),
+                    wv: q8::dequantize(&l.wv),
+                    wo: q8::dequantize(&l.wo),
+                    bq: l.bq.clone(),
+                    bk: l.bk.clone(),
+                    bv: l.bv.clone(),
+                    mlp_norm: l.mlp_norm.clone(),
+                    w_gate: q8::dequantize(&l.w_gate),
+                    w_up: q8::dequantize(&l.w_up),
+                    w_down: q8::dequantize(&l.w_down),
+                })
+                .collect(),
+            final_norm: self.final_norm.clone(),
+            lm_head: q8::dequantize(&self.lm_head),
+            tied_embeddings: self.tied_embeddings,
+        }
+    }
+}
+// ANCHOR_END: to_int8
+
+fn int8_error(what: &str, problem: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "--dtype int8: {what}: {problem}: use --dtype f32 or bf16 for this model"
+    ))
+}
+
+/// Bytes one weight takes in format `E` (int8 blocks: 576 bytes for 512 weights).
+pub fn bytes_per_weight<E: WeightElem>() -> f64 {
+    std::mem::size_of::<E>() as f64 / (E::BLOCK_ROWS * E::BLOCK_COLS) as f64
 }

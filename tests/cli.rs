@@ -79,12 +79,23 @@ fn compare_json_says_identical_with_a_speedup() {
 
 #[test]
 fn bench_json_reports_dtype_threads_and_roof_fractions() {
+    // SmolLM2 shape: 134,479,872 matrix weights (7 per layer x 30 layers, plus the tied
+    // LM head), at 2 bytes in bf16 and at 576 bytes per int8 block of 512 (1.125).
+    for (dtype, matrix_bytes) in [
+        ("bf16", 2 * 134_479_872u64),
+        ("int8", 134_479_872 / 512 * 576),
+    ] {
+        bench_json_for(dtype, matrix_bytes);
+    }
+}
+
+fn bench_json_for(dtype: &str, matrix_bytes: u64) {
     let context = 8u64;
     let r = json(&[
         "bench",
         "--random-weights",
         "--dtype",
-        "bf16",
+        dtype,
         "--threads",
         "1",
         "--prefill",
@@ -95,13 +106,13 @@ fn bench_json_reports_dtype_threads_and_roof_fractions() {
         "1",
         "--json",
     ]);
-    assert_eq!(r["dtype"], "bf16");
+    assert_eq!(r["dtype"], dtype);
     assert_eq!(r["threads"], 1);
-    // SmolLM2 shape, bf16 matrices: 134,479,872 matrix weights (7 per layer x 30 layers,
-    // plus the tied LM head) at 2 bytes; 35,136 f32 norm weights, one f32 embedding row
-    // (576) and the f32 K and V of `context` positions (30 x 3 x 64 x 2 x 4 = 46,080 each).
-    let bytes = (2 * 134_479_872 + 4 * (35_136 + 576) + 46_080 * context) as f64;
-    assert_eq!(r["decode_bytes_per_token"].as_f64(), Some(bytes));
+    assert_eq!(r["n_params"], 134_515_008);
+    // The matrices in their format; 35,136 f32 norm weights, one f32 embedding row (576)
+    // and the f32 K and V of `context` positions (30 x 3 x 64 x 2 x 4 = 46,080 each).
+    let bytes = (matrix_bytes + 4 * (35_136 + 576) + 46_080 * context) as f64;
+    assert_eq!(r["decode_bytes_per_token"].as_f64(), Some(bytes), "{dtype}");
     let positive = |v: &Value| v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0);
     let prefill = &r["prefill"][0];
     assert!(positive(&prefill["fraction_of_fma_peak"]), "{prefill}");
@@ -121,20 +132,22 @@ fn bench_json_reports_dtype_threads_and_roof_fractions() {
 }
 
 #[test]
-fn compare_in_bf16_keeps_the_paths_identical() {
-    let r = json(&[
-        "compare",
-        "--random-weights",
-        "--dtype",
-        "bf16",
-        "--prompt-len",
-        "24",
-        "--max-new-tokens",
-        "4",
-        "--json",
-    ]);
-    assert_eq!(r["identical"], true);
-    assert_eq!(r["naive"]["generated_ids"], r["cached"]["generated_ids"]);
+fn compare_in_bf16_and_int8_keeps_the_paths_identical() {
+    for dtype in ["bf16", "int8"] {
+        let r = json(&[
+            "compare",
+            "--random-weights",
+            "--dtype",
+            dtype,
+            "--prompt-len",
+            "24",
+            "--max-new-tokens",
+            "4",
+            "--json",
+        ]);
+        assert_eq!(r["identical"], true, "{dtype}");
+        assert_eq!(r["naive"]["generated_ids"], r["cached"]["generated_ids"]);
+    }
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Measurements behind `kvlab bench` and `cargo bench` on the CPU: prefill throughput,
 //! per-token latency of both paths at a given context, and the memory bandwidth that
 //! bounds decode; each figure also as a fraction of its roof. Any weight format (`E`:
-//! f32, or bf16 from `Model::to_bf16`). Book: prefill-decode.md, roofline.md.
+//! f32, bf16 from `Model::to_bf16`, int8 from `Model::to_int8`). Book: prefill-decode.md,
+//! roofline.md.
 
 use super::roof;
 use super::timing::{machine_name, median_ms, synthetic_prompt};
@@ -150,7 +151,7 @@ pub fn prefill<E: WeightElem>(
 /// `q·k` and `p·v` (2 x 2 x head_dim per query head per (query, key) pair, causal).
 pub fn prefill_flops<E: WeightElem>(model: &Model<E>, n: usize) -> f64 {
     let c = &model.config;
-    let lm_head = model.lm_head.len();
+    let lm_head = E::weights(&model.lm_head);
     let untied_head = if model.tied_embeddings { 0 } else { lm_head };
     let layer_weights =
         (model.n_params() - model.embed.len() - model.final_norm.len() - untied_head) as f64;
@@ -161,8 +162,8 @@ pub fn prefill_flops<E: WeightElem>(model: &Model<E>, n: usize) -> f64 {
 }
 
 /// Bytes a cached decode step must read from memory: every weight once, in the
-/// format it is stored in ([`roof::streamed_weight_bytes`]: 2 bytes a matrix weight in
-/// bf16, 4 in f32; the LM head whole), one f32 embedding row, and the f32 K and V of
+/// format it is stored in ([`roof::streamed_weight_bytes`]: 4 bytes a matrix weight in
+/// f32, 2 in bf16, 1.125 in int8; the LM head whole), one f32 embedding row, and the f32 K and V of
 /// every cached position in every layer.
 pub fn decode_bytes<E: WeightElem>(model: &Model<E>, context: usize) -> f64 {
     let c = &model.config;
@@ -212,7 +213,7 @@ pub struct BenchReport {
     pub threads: usize,
     pub model: String,
     pub n_params: usize,
-    /// The weight matrices' format: "f32" or "bf16" (norms, biases, embedding: f32).
+    /// The weight matrices' format: "f32", "bf16" or "int8" (norms, biases, embedding: f32).
     pub dtype: &'static str,
     pub prefill: Vec<Prefill>,
     pub steps: Vec<StepLatency>,

@@ -21,12 +21,13 @@ pub use super::peak::{fma_peak, fma_peak_with, FmaPeak};
 
 // ANCHOR: intensity
 /// Bytes of the weights every forward pass reads once, whatever its token count: the
-/// weight matrices (every layer's and the LM head) at `size_of::<E>()` bytes each — 4 in
-/// f32, 2 in bf16 — and the norms and biases, which stay f32. The embedding is not here:
-/// a pass reads only its tokens' rows of it.
+/// weight matrices (every layer's and the LM head) in their format — 4 bytes a weight in
+/// f32, 2 in bf16, 576 per int8 block of 512 (1.125) — and the norms and biases, which
+/// stay f32. The embedding is not here: a pass reads only its tokens' rows of it.
 pub fn streamed_weight_bytes<E: WeightElem>(model: &Model<E>) -> f64 {
     let f32_len = |v: &ndarray::Array1<f32>| v.len();
     let bias_len = |b: &Option<ndarray::Array1<f32>>| b.as_ref().map_or(0, f32_len);
+    // Elements, not weights: `size_of::<E>()` is an element's bytes (an int8 block's 576).
     let (mut matrices, mut vectors) = (model.lm_head.len(), model.final_norm.len());
     for l in &model.layers {
         matrices += [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
@@ -125,5 +126,28 @@ mod tests {
         // One token per weight read: 2 FLOPs per 2 bytes in bf16, intensity near 1.
         let i = decode_intensity(&half, 0);
         assert!(i > 0.95 && i < 1.0, "{i}");
+    }
+
+    #[test]
+    fn int8_weights_take_1_125_bytes_each() {
+        let model = Model::random(Config::smollm2_135m(), 0).unwrap();
+        let int8 = model.to_int8().unwrap();
+        let (full_w, int8_w) = (streamed_weight_bytes(&model), streamed_weight_bytes(&int8));
+        // Every matrix at 576 bytes per block of 512 weights instead of 4 bytes a weight;
+        // the f32 norms the same in both.
+        let matrix_weights = (model.n_params() - model.embed.len() + model.lm_head.len()
+            - (model.layers.len() * 2 + 1) * model.config.hidden_size)
+            as f64;
+        assert_eq!(model.n_params(), int8.n_params());
+        assert_eq!(full_w - int8_w, (4.0 - 1.125) * matrix_weights);
+        for t in [0, 512] {
+            assert_eq!(
+                decode_bytes(&model, t) - decode_bytes(&int8, t),
+                full_w - int8_w
+            );
+        }
+        // 2 FLOPs per 1.125 bytes: the intensity near 1.78, still far left of any ridge.
+        let i = decode_intensity(&int8, 0);
+        assert!(i > 1.7 && i < 1.78, "{i}");
     }
 }

@@ -2,8 +2,12 @@
 //!
 //! Prefill tile: 6 rows x 16 columns of sums = 12 registers (plus 2 for the
 //! panel and 1 for the broadcast); a 32-column panel is done in two halves.
+//!
+//! int8 decode strip: two 8-lane registers per int8 block (16 columns), two blocks
+//! side by side, their sums kept in registers over the block's 32 rows.
 
-use super::{WeightElem, PANEL};
+use super::q8::{Q8Block, Q8_COLS, Q8_ROWS};
+use super::{Scalar, PANEL};
 use std::arch::x86_64::*;
 
 /// Rows per prefill tile.
@@ -63,7 +67,7 @@ fn half_tile<const R: usize>(x: &[f32], d_in: usize, panel: &[f32], half: usize,
 /// # Safety
 /// The CPU must support `avx2` and `fma`.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn strip<W: WeightElem>(
+pub unsafe fn strip<W: Scalar>(
     x: &[f32],
     d_in: usize,
     w: &[W],
@@ -91,6 +95,98 @@ pub unsafe fn strip<W: WeightElem>(
             }
             for c in vector_cols..width {
                 out_r[c] = x_r[k].mul_add(w_k[c].to_f32(), out_r[c]);
+            }
+        }
+    }
+}
+
+/// int8 blocks whose chains run side by side in [`strip_q8`].
+pub const Q8_GROUP: usize = 2;
+
+/// [`super::portable::strip_q8`]'s sums (same chains, same order), 8 columns a register.
+///
+/// # Safety
+/// The CPU must support `avx2` and `fma`.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn strip_q8(
+    x: &[f32],
+    d_in: usize,
+    w: &[Q8Block],
+    d_out: usize,
+    j0: usize,
+    out: &mut [f32],
+) {
+    let width = out.len() / (x.len() / d_in);
+    let blocks_per_row = d_out / Q8_COLS;
+    out.fill(0.0);
+    for kb in 0..d_in / Q8_ROWS {
+        let row = &w[kb * blocks_per_row + j0 / Q8_COLS..][..width / Q8_COLS];
+        let (groups, rest) = row.as_chunks::<Q8_GROUP>();
+        for (g, group) in groups.iter().enumerate() {
+            q8_blocks(x, d_in, kb, group, g * Q8_GROUP * Q8_COLS, width, out);
+        }
+        let done = groups.len() * Q8_GROUP;
+        for (i, block) in rest.iter().enumerate() {
+            let c0 = (done + i) * Q8_COLS;
+            q8_blocks(x, d_in, kb, std::array::from_ref(block), c0, width, out);
+        }
+    }
+}
+
+/// Adds block row `kb` of `G` neighbouring blocks (columns `c0..c0 + 16 G` of the
+/// strip) into `out`, for every row of `x`; each block is two 8-column halves.
+#[target_feature(enable = "avx2,fma")]
+fn q8_blocks<const G: usize>(
+    x: &[f32],
+    d_in: usize,
+    kb: usize,
+    blocks: &[Q8Block; G],
+    c0: usize,
+    width: usize,
+    out: &mut [f32],
+) {
+    let mut scales = [[_mm256_setzero_ps(); 2]; G];
+    for (s, block) in scales.iter_mut().zip(blocks) {
+        // SAFETY: `block.scales` is 16 f32: two 8-lane loads.
+        *s = unsafe {
+            [
+                _mm256_loadu_ps(block.scales.as_ptr()),
+                _mm256_loadu_ps(block.scales.as_ptr().add(8)),
+            ]
+        };
+    }
+    for (x_r, out_r) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(width)) {
+        let x_r = &x_r[kb * Q8_ROWS..][..Q8_ROWS];
+        let out_g = &mut out_r[c0..][..G * Q8_COLS];
+        let mut acc = [[_mm256_setzero_ps(); 2]; G]; // [G][16 columns]
+        for (a, o) in acc.iter_mut().zip(out_g.chunks_exact(Q8_COLS)) {
+            // SAFETY: `o` is 16 f32: two 8-lane loads.
+            *a = unsafe {
+                [
+                    _mm256_loadu_ps(o.as_ptr()),
+                    _mm256_loadu_ps(o.as_ptr().add(8)),
+                ]
+            };
+        }
+        for (k, &x_rk) in x_r.iter().enumerate() {
+            let x_rk = _mm256_set1_ps(x_rk);
+            for ((a, block), scale) in acc.iter_mut().zip(blocks).zip(&scales) {
+                for half in 0..2 {
+                    // SAFETY: `block.q[k][8 * half..]` holds 8 i8 (one 64-bit load).
+                    let q = unsafe {
+                        _mm_loadl_epi64(block.q[k].as_ptr().add(8 * half) as *const __m128i)
+                    };
+                    let w_k =
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale[half]);
+                    a[half] = _mm256_fmadd_ps(x_rk, w_k, a[half]);
+                }
+            }
+        }
+        for (a, o) in acc.iter().zip(out_g.chunks_exact_mut(Q8_COLS)) {
+            // SAFETY: `o` is 16 f32: two 8-lane stores.
+            unsafe {
+                _mm256_storeu_ps(o.as_mut_ptr(), a[0]);
+                _mm256_storeu_ps(o.as_mut_ptr().add(8), a[1]);
             }
         }
     }

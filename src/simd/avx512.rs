@@ -3,8 +3,13 @@
 //! Prefill tile: 8 rows x 32 columns of sums = 16 registers that stay put for
 //! the whole `k` loop; each step loads 2 panel vectors and broadcasts 8 `x`
 //! values, for 16 fused multiply-adds (the FMA units, not the loads, are busy).
+//!
+//! int8 decode strip: one 16-lane register per int8 block (16 columns), its sums
+//! kept in registers over the block's 32 rows; [`Q8_GROUP`] blocks side by side, so
+//! that as many independent chains hide the fused multiply-add's latency.
 
-use super::{WeightElem, PANEL};
+use super::q8::{Q8Block, Q8_COLS, Q8_ROWS};
+use super::{Scalar, PANEL};
 use std::arch::x86_64::*;
 
 /// Rows per prefill tile.
@@ -60,7 +65,7 @@ fn tile_of<const R: usize>(x: &[f32], d_in: usize, panel: &[f32], tile: &mut [f3
 /// # Safety
 /// The CPU must support `avx512f`.
 #[target_feature(enable = "avx512f")]
-pub unsafe fn strip<W: WeightElem>(
+pub unsafe fn strip<W: Scalar>(
     x: &[f32],
     d_in: usize,
     w: &[W],
@@ -92,3 +97,81 @@ pub unsafe fn strip<W: WeightElem>(
         }
     }
 }
+
+/// int8 blocks whose chains run side by side in [`strip_q8`].
+pub const Q8_GROUP: usize = 4;
+
+// ANCHOR: strip_q8
+/// [`super::portable::strip_q8`]'s sums (same chains, same order), 16 columns a register.
+///
+/// # Safety
+/// The CPU must support `avx512f`.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn strip_q8(
+    x: &[f32],
+    d_in: usize,
+    w: &[Q8Block],
+    d_out: usize,
+    j0: usize,
+    out: &mut [f32],
+) {
+    let width = out.len() / (x.len() / d_in);
+    let blocks_per_row = d_out / Q8_COLS;
+    out.fill(0.0);
+    for kb in 0..d_in / Q8_ROWS {
+        // This strip's blocks of block row `kb`: contiguous in memory.
+        let row = &w[kb * blocks_per_row + j0 / Q8_COLS..][..width / Q8_COLS];
+        let (groups, rest) = row.as_chunks::<Q8_GROUP>();
+        for (g, group) in groups.iter().enumerate() {
+            q8_blocks(x, d_in, kb, group, g * Q8_GROUP * Q8_COLS, width, out);
+        }
+        let done = groups.len() * Q8_GROUP;
+        for (i, block) in rest.iter().enumerate() {
+            let c0 = (done + i) * Q8_COLS;
+            q8_blocks(x, d_in, kb, std::array::from_ref(block), c0, width, out);
+        }
+    }
+}
+
+/// Adds block row `kb` of `G` neighbouring blocks (columns `c0..c0 + 16 G` of the
+/// strip) into `out`, for every row of `x`.
+#[target_feature(enable = "avx512f")]
+fn q8_blocks<const G: usize>(
+    x: &[f32],
+    d_in: usize,
+    kb: usize,
+    blocks: &[Q8Block; G],
+    c0: usize,
+    width: usize,
+    out: &mut [f32],
+) {
+    let mut scales = [_mm512_setzero_ps(); G];
+    for (s, block) in scales.iter_mut().zip(blocks) {
+        // SAFETY: `block.scales` is 16 f32.
+        *s = unsafe { _mm512_loadu_ps(block.scales.as_ptr()) };
+    }
+    for (x_r, out_r) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(width)) {
+        let x_r = &x_r[kb * Q8_ROWS..][..Q8_ROWS];
+        let out_g = &mut out_r[c0..][..G * Q8_COLS];
+        let mut acc = [_mm512_setzero_ps(); G]; // [G][16 columns]
+        for (a, o) in acc.iter_mut().zip(out_g.chunks_exact(Q8_COLS)) {
+            // SAFETY: `o` is 16 f32.
+            *a = unsafe { _mm512_loadu_ps(o.as_ptr()) };
+        }
+        for (k, &x_rk) in x_r.iter().enumerate() {
+            let x_rk = _mm512_set1_ps(x_rk);
+            for ((a, block), &scale) in acc.iter_mut().zip(blocks).zip(&scales) {
+                // SAFETY: `block.q[k]` is 16 i8 (one 128-bit load).
+                let q = unsafe { _mm_loadu_si128(block.q[k].as_ptr() as *const __m128i) };
+                // i8 -> i32 -> f32 (exact), times the column scales (exact: see `q8`).
+                let w_k = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), scale);
+                *a = _mm512_fmadd_ps(x_rk, w_k, *a);
+            }
+        }
+        for (a, o) in acc.iter().zip(out_g.chunks_exact_mut(Q8_COLS)) {
+            // SAFETY: `o` is 16 f32.
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
+        }
+    }
+}
+// ANCHOR_END: strip_q8

@@ -1,15 +1,65 @@
 //! The number formats a weight matrix may be stored in, and how each becomes f32.
 //!
-//! bf16 ("brain float", Kalamkar et al. 2019, "A Study of BFLOAT16 for Deep Learning Training") is the top half of an f32: same sign
-//! and 8-bit exponent, 7 mantissa bits instead of 23. Widening is therefore exact —
-//! put the 16 bits back on top, zeros below (`bits << 16`) — and the kernels can run
-//! the very same f32 chain of fused multiply-adds on the widened value. Halving the
-//! bytes per weight halves what memory-bound decode must stream.
+//! A format is a [`WeightElem`]: the element type of a weight matrix's array, which says
+//! how many weights one element holds, how to widen them to f32, and which decode
+//! kernel reads them. Two are plain numbers ([`Scalar`], one weight each):
+//!
+//! - f32, as loaded;
+//! - bf16 ("brain float", Kalamkar et al. 2019, "A Study of BFLOAT16 for Deep Learning
+//!   Training"): the top half of an f32, same sign and 8-bit exponent, 7 mantissa bits
+//!   instead of 23. Widening is exact — put the 16 bits back on top, zeros below
+//!   (`bits << 16`) — so the kernels run the very same f32 chain of fused multiply-adds
+//!   on the widened value. Half the bytes per weight: half what memory-bound decode streams.
+//!
+//! The third, int8, is a block of 32 x 16 weights with 16 scales ([`super::q8::Q8Block`]).
 
+use super::Isa;
 use half::bf16;
 
-/// A weight element: f32 as loaded, or bf16 (half the bytes).
+// ANCHOR: weight_elem
+/// A weight format: the element type of a `[d_in, d_out]` weight matrix's array.
+///
+/// One element holds `BLOCK_ROWS x BLOCK_COLS` weights (rows along `d_in`, columns along
+/// `d_out`): 1 x 1 for f32 and bf16, 32 x 16 for int8 blocks, whose array is
+/// `[d_in / 32, d_out / 16]`. Whatever the format, the kernels widen each weight to its
+/// exact f32 value and run the same f32 fused multiply-adds on it.
 pub trait WeightElem: Copy + Send + Sync + 'static {
+    /// The format's name in reports ("f32", "bf16", "int8").
+    const NAME: &'static str;
+    /// Weights one element holds along `d_in` and along `d_out`.
+    const BLOCK_ROWS: usize = 1;
+    const BLOCK_COLS: usize = 1;
+
+    /// `dst[c]` = the exact f32 value of weight `[k][j0 + c]` of the `[d_in, d_out]`
+    /// matrix stored in `w` (prefill packs its panels with this).
+    fn widen_row(w: &[Self], d_out: usize, k: usize, j0: usize, dst: &mut [f32]);
+
+    /// The decode strip of [`Isa::strip`] for this format (shapes already checked).
+    fn strip(
+        isa: Isa,
+        x: &[f32],
+        d_in: usize,
+        w: &[Self],
+        d_out: usize,
+        j0: usize,
+        out: &mut [f32],
+    );
+
+    /// `(d_in, d_out)` of the matrix stored as the array `w`.
+    fn dims(w: &ndarray::Array2<Self>) -> (usize, usize) {
+        let (rows, cols) = w.dim();
+        (rows * Self::BLOCK_ROWS, cols * Self::BLOCK_COLS)
+    }
+
+    /// Weights in the matrix stored as `w` (not elements: an int8 block holds 512).
+    fn weights(w: &ndarray::Array2<Self>) -> usize {
+        w.len() * Self::BLOCK_ROWS * Self::BLOCK_COLS
+    }
+}
+// ANCHOR_END: weight_elem
+
+/// A format of one weight per element, which the kernels load 16 (or 8) at a time.
+pub trait Scalar: Copy + Send + Sync + 'static {
     /// The format's name in reports ("f32", "bf16").
     const NAME: &'static str;
 
@@ -31,7 +81,31 @@ pub trait WeightElem: Copy + Send + Sync + 'static {
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
 }
 
-impl WeightElem for f32 {
+/// Every one-number format is a weight format: widen in place, run the scalar strip.
+impl<S: Scalar> WeightElem for S {
+    const NAME: &'static str = <S as Scalar>::NAME;
+
+    fn widen_row(w: &[S], d_out: usize, k: usize, j0: usize, dst: &mut [f32]) {
+        for (d, &src) in dst.iter_mut().zip(&w[k * d_out + j0..]) {
+            *d = src.to_f32();
+        }
+    }
+
+    fn strip(isa: Isa, x: &[f32], d_in: usize, w: &[S], d_out: usize, j0: usize, out: &mut [f32]) {
+        match isa {
+            // SAFETY: `Isa::Avx512` is only handed out by `Isa::available()` after
+            // `is_x86_feature_detected!("avx512f")` said yes on this CPU.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { super::avx512::strip(x, d_in, w, d_out, j0, out) },
+            // SAFETY: as above, for `avx2` and `fma`.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { super::avx2::strip(x, d_in, w, d_out, j0, out) },
+            _ => super::portable::strip(x, d_in, w, d_out, j0, out),
+        }
+    }
+}
+
+impl Scalar for f32 {
     const NAME: &'static str = "f32";
 
     #[inline(always)]
@@ -54,7 +128,7 @@ impl WeightElem for f32 {
     }
 }
 
-impl WeightElem for bf16 {
+impl Scalar for bf16 {
     const NAME: &'static str = "bf16";
 
     /// `bits << 16`: exact (what `half::bf16::to_f32` does too, spelled out).

@@ -2,7 +2,8 @@
 //!
 //! The compiler already turns the plain loops of [`crate::ops`] into 8-wide AVX2
 //! code, but it cannot keep a 8 x 32 block of sums in registers across the whole
-//! `k` loop, nor read a bf16 weight as f32 with one shift. These kernels do, with
+//! `k` loop, nor read a bf16 weight as f32 with one shift (or an int8 one with a
+//! widening and one multiply by its block's scale, [`q8`]). These kernels do, with
 //! three versions of each, picked once at run time by [`Isa::detected`]:
 //!
 //! | version                 | vector    | prefill tile       | where                     |
@@ -31,8 +32,10 @@ pub mod avx2;
 pub mod avx512;
 mod elem;
 pub mod portable;
+pub mod q8;
 
-pub use elem::WeightElem;
+pub use elem::{Scalar, WeightElem};
+pub use q8::Q8Block;
 
 /// Columns in one packed weight panel (prefill): two AVX-512 registers.
 pub const PANEL: usize = 32;
@@ -114,8 +117,8 @@ impl Isa {
     }
 
     /// Decode strip: `out[r][c] = Σ_k x[r][k] · w[k][j0 + c]`, reading `w`
-    /// (`[d_in, d_out]`, f32 or bf16) row by row in place — the memory-bound case,
-    /// where streaming the weight once is all that matters.
+    /// (`[d_in, d_out]` in any [`WeightElem`] format: f32, bf16, int8 blocks) in place —
+    /// the memory-bound case, where streaming the weight once is all that matters.
     /// `x`: `[n, d_in]`, `out`: `[n, width]` with `j0 + width <= d_out`.
     pub fn strip<W: WeightElem>(
         self,
@@ -128,17 +131,13 @@ impl Isa {
     ) {
         let n = x.len() / d_in;
         assert!(n > 0 && x.len() == n * d_in, "x is not [n, d_in]");
-        assert_eq!(w.len(), d_in * d_out, "w is not [d_in, d_out]");
+        assert_eq!(
+            w.len() * W::BLOCK_ROWS * W::BLOCK_COLS,
+            d_in * d_out,
+            "w is not [d_in, d_out]"
+        );
         assert!(out.len().is_multiple_of(n) && j0 + out.len() / n <= d_out);
-        match self {
-            // SAFETY: see `tile`: the variant proves the CPU has the features.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { avx512::strip(x, d_in, w, d_out, j0, out) },
-            // SAFETY: see `tile`.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { avx2::strip(x, d_in, w, d_out, j0, out) },
-            _ => portable::strip(x, d_in, w, d_out, j0, out),
-        }
+        W::strip(self, x, d_in, w, d_out, j0, out);
     }
 }
 

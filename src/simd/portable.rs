@@ -2,7 +2,8 @@
 //! hardware instruction). The reference the SIMD versions must match bit for bit,
 //! and what runs on a CPU without AVX2.
 
-use super::{WeightElem, PANEL};
+use super::q8::{Q8Block, Q8_COLS, Q8_ROWS};
+use super::{Scalar, PANEL};
 
 /// Rows per prefill tile.
 pub const TILE_ROWS: usize = 4;
@@ -20,14 +21,7 @@ pub fn tile(x: &[f32], d_in: usize, panel: &[f32], tile: &mut [f32]) {
 }
 
 /// `out[r][c] = Σ_k x[r][k] · w[k][j0 + c]`: see [`super::Isa::strip`].
-pub fn strip<W: WeightElem>(
-    x: &[f32],
-    d_in: usize,
-    w: &[W],
-    d_out: usize,
-    j0: usize,
-    out: &mut [f32],
-) {
+pub fn strip<W: Scalar>(x: &[f32], d_in: usize, w: &[W], d_out: usize, j0: usize, out: &mut [f32]) {
     let width = out.len() / (x.len() / d_in);
     out.fill(0.0);
     for k in 0..d_in {
@@ -39,3 +33,28 @@ pub fn strip<W: WeightElem>(
         }
     }
 }
+
+// ANCHOR: strip_q8
+/// [`strip`] on int8 blocks: for each block, each row `r` of `x` and each of the block's
+/// 32 rows `k`, the 16 columns' weights `q · scale` (exact) join the same chains of
+/// fused multiply-adds, `k` in increasing order, as in the f32 strip.
+pub fn strip_q8(x: &[f32], d_in: usize, w: &[Q8Block], d_out: usize, j0: usize, out: &mut [f32]) {
+    let width = out.len() / (x.len() / d_in);
+    let blocks_per_row = d_out / Q8_COLS;
+    out.fill(0.0);
+    for kb in 0..d_in / Q8_ROWS {
+        // This strip's blocks of block row `kb`: contiguous in memory.
+        let row = &w[kb * blocks_per_row + j0 / Q8_COLS..][..width / Q8_COLS];
+        for (c, block) in row.iter().enumerate() {
+            for (x_r, out_r) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(width)) {
+                let acc = &mut out_r[c * Q8_COLS..][..Q8_COLS];
+                for (q_k, &x_rk) in block.q.iter().zip(&x_r[kb * Q8_ROWS..][..Q8_ROWS]) {
+                    for ((a, &q), &scale) in acc.iter_mut().zip(q_k).zip(&block.scales) {
+                        *a = x_rk.mul_add(q as f32 * scale, *a);
+                    }
+                }
+            }
+        }
+    }
+}
+// ANCHOR_END: strip_q8

@@ -199,7 +199,7 @@ impl DeviceArgs {
     pub fn backend<'a>(&self, model: &'a Model) -> Result<Backend<'a>> {
         let dtype = self.cpu_dtype()?;
         match self.device {
-            DeviceArg::Cpu => Ok(Backend::cpu(model, dtype)),
+            DeviceArg::Cpu => Backend::cpu(model, dtype),
             DeviceArg::Cuda => Backend::new(Device::Cuda, model, self.gpu_dtype.into()),
         }
     }
@@ -208,8 +208,9 @@ impl DeviceArgs {
 /// `--dtype`: the weight matrices' format on the CPU.
 #[derive(Args, Clone, Copy)]
 pub struct DtypeArgs {
-    /// Weight format on the CPU: f32 as loaded, or bf16 (each weight rounded: half the
-    /// bytes for decode to read; the arithmetic stays f32). Default f32.
+    /// Weight format on the CPU: f32 as loaded, bf16 (each weight rounded: half the bytes
+    /// for decode to read) or int8 (Q8_0 blocks: 1.125 bytes a weight); the arithmetic
+    /// stays f32. Default f32.
     #[arg(long, value_enum)]
     pub dtype: Option<WeightDtypeArg>,
 }
@@ -306,6 +307,8 @@ pub enum WeightDtypeArg {
     F32,
     /// Rounded to bf16: half the bytes per weight, f32 arithmetic.
     Bf16,
+    /// int8 with a scale per 32 inputs (Q8_0): 1.125 bytes per weight, f32 arithmetic.
+    Int8,
 }
 
 impl From<WeightDtypeArg> for WeightDtype {
@@ -313,6 +316,7 @@ impl From<WeightDtypeArg> for WeightDtype {
         match d {
             WeightDtypeArg::F32 => WeightDtype::F32,
             WeightDtypeArg::Bf16 => WeightDtype::Bf16,
+            WeightDtypeArg::Int8 => WeightDtype::Int8,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! `kvlab bench` (CPU, or the GPU roofline with `--device cuda`) and `kvlab bench-cache`.
-//! On the CPU, `--dtype bf16` measures the same model with bf16 weights and `--threads N`
+//! On the CPU, `--dtype bf16|int8` measures the same model with bf16 or int8 weights and `--threads N`
 //! on a pool of N threads (thread scaling: run it at 1, then 2).
 
 use crate::args::{BlockSizeArgs, DeviceArg, DeviceArgs, JsonArgs, ModelArgs};
@@ -68,6 +68,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let measure = || match dtype {
         WeightDtype::F32 => lab::bench::run(model, name, prefill, contexts, args.reps),
         WeightDtype::Bf16 => lab::bench::run(&model.to_bf16(), name, prefill, contexts, args.reps),
+        WeightDtype::Int8 => lab::bench::run(&model.to_int8()?, name, prefill, contexts, args.reps),
     };
     let report = match args.threads {
         // Every parallel region (and both roofs) runs on the pool `install` enters.

@@ -75,6 +75,7 @@ pub fn chat(args: ChatArgs) -> Result<()> {
     match args.weights.dtype() {
         WeightDtype::F32 => converse(&args, &tokenizer, &model),
         WeightDtype::Bf16 => converse(&args, &tokenizer, &model.to_bf16()),
+        WeightDtype::Int8 => converse(&args, &tokenizer, &model.to_int8()?),
     }
 }
 
