@@ -18,6 +18,7 @@
 //! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
 //! | [`gqa`] | `kvlab gqa` | gqa.md |
 //! | [`eval`] | `kvlab eval` | kv-quantization.md, eviction.md |
+//! | [`kv_bench`] | `kvlab bench-kv` | kv-quantization.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
@@ -30,6 +31,7 @@ pub mod eval;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
 pub mod gqa;
+pub mod kv_bench;
 pub mod peak;
 pub mod roof;
 pub mod shared_prompt;

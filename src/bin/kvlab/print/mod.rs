@@ -13,7 +13,7 @@ use kvlab::lab::trace::TraceRow;
 
 mod eval;
 mod speculative;
-pub use eval::eval;
+pub use eval::{eval, kv_bench};
 pub use speculative::{spec_comparison, spec_summary, spec_sweep, verify_cost};
 
 /// `--json`: the report as one pretty-printed JSON object.
