@@ -36,6 +36,8 @@ ATTENTION_HEAD=${ATTENTION_HEAD:-0}
 SPEC_DRAFTERS=${SPEC_DRAFTERS:-ngram,early-exit:20,bf16}
 SPEC_DRAFT_LENS=${SPEC_DRAFT_LENS:-1,2,4,8}
 SPEC_NEW=${SPEC_NEW:-48}
+EVAL_TEXT=${EVAL_TEXT:-tests/fixtures/eval/apache-2.0-head.txt}
+EVAL_POLICIES=${EVAL_POLICIES:-full int8 int4 int4-per-token}
 ONLY=${ONLY:-}
 OUT=${OUT:-book/src/figures}
 DATA=$OUT/data
@@ -94,7 +96,9 @@ measure() {
         printf '%s\n' "$cmd" > "$DATA/$name.cmd"
     fi
     echo "  ($((SECONDS - t0)) s)"
+    MEASURED=$((MEASURED + 1))
 }
+MEASURED=0
 
 START=$SECONDS
 # TTFT vs prompt length, one decode step of each path at each context, both roofs.
@@ -133,6 +137,12 @@ measure kv_size_smollm2.json -- kv-size --layers 30 --kv-heads 3 --head-dim 64 -
 # (the answer copies the input) and on an open-ended one.
 measure spec_sweep_fix_typos.json -- spec-sweep --model "$MODEL" --prompt-file prompts/fix-typos.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json
 measure spec_sweep_story.json -- spec-sweep --model "$MODEL" --prompt-file prompts/story.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json
+# KV policies on one text, teacher-forced (kvlab eval): perplexity, top-1 agreement and KL
+# against the full cache, and KV bytes. One file per policy, eval_<policy>.json (dashes
+# become underscores), each one EvalReport: the eviction policies add theirs the same way.
+for kv in $EVAL_POLICIES; do
+    measure "eval_${kv//-/_}.json" -- eval --model "$MODEL" --text-file "$EVAL_TEXT" --kv "$kv" --json
+done
 
 # When, and from which commit (the working tree may differ from it: "+dirty").
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -154,6 +164,10 @@ else
             fi
         done
     done < <("$KVLAB" plot --list)
+    if [[ ${#figures[@]} == 0 && $MEASURED -gt 0 ]]; then
+        echo "ONLY=$ONLY: data only, no figure is drawn from it"
+        exit 0
+    fi
     if [[ ${#figures[@]} == 0 ]]; then
         echo "error: ONLY=$ONLY selects no figure (see kvlab plot --list)" >&2
         exit 1

@@ -65,7 +65,7 @@ pub fn causal_attention(
 /// each task returns `[rows, kv_mul * head_dim]` — its rows' outputs for the query
 /// heads of that group — which are then copied into place. Decode (one row) thus
 /// still spreads its `n_kv_heads` groups over the threads.
-pub fn attention_over<R: KvRows + ?Sized>(
+pub fn attention_over<R: KvHeads + ?Sized>(
     rows: &R,
     q: &[f32],
     start_pos: usize,
@@ -147,7 +147,7 @@ pub fn score(q: &[f32], k: &[f32]) -> f32 {
 /// Attention of the query heads of group `kv_head` (those sharing KV head `kv_head`),
 /// for the rows of `q_rows` (`[m, n_heads * head_dim]`, the first at position
 /// `first_pos`). Returns `[m, kv_mul, head_dim]`.
-fn attend_group<R: KvRows + ?Sized>(
+fn attend_group<R: KvHeads + ?Sized>(
     rows: &R,
     q_rows: &[f32],
     first_pos: usize,
@@ -167,8 +167,10 @@ fn attend_group<R: KvRows + ?Sized>(
     // Scores, `[m, kv_mul, end]`: each key is read once, in place, and scored
     // against every query row and head of the group that can see it.
     let mut scores = vec![0.0f32; m * kv_mul * end];
+    // Where a quantized cache dequantizes one head's run ([`KvHeads`]); unused by f32 rows.
+    let (mut key_buf, mut value_buf) = (vec![0.0f32; head_dim], vec![0.0f32; head_dim]);
     for j in 0..end {
-        let key = &rows.key(j)[kv_head * head_dim..][..head_dim];
+        let key = rows.key_head(j, kv_head, head_dim, &mut key_buf);
         // Rows whose position reaches key `j` (the causal mask).
         for i in j.saturating_sub(first_pos)..m {
             for g in 0..kv_mul {
@@ -202,12 +204,13 @@ fn attend_group<R: KvRows + ?Sized>(
                 .zip(out_head.chunks_mut(VALUE_BLOCK))
             {
                 let width = out_block.len();
-                let value = |j: usize| &rows.value(j)[kv_head * head_dim + d0..][..width];
                 match width {
                     VALUE_BLOCK => {
                         let mut acc = [0.0f32; VALUE_BLOCK];
                         for (j, &p) in s.iter().enumerate() {
-                            let v: &[f32; VALUE_BLOCK] = value(j).try_into().expect("block");
+                            let v = rows.value_head(j, kv_head, head_dim, &mut value_buf);
+                            let v: &[f32; VALUE_BLOCK] =
+                                v[d0..][..width].try_into().expect("block");
                             for (a, &v) in acc.iter_mut().zip(v) {
                                 *a = p.mul_add(v, *a);
                             }
@@ -216,7 +219,8 @@ fn attend_group<R: KvRows + ?Sized>(
                     }
                     _ => {
                         for (j, &p) in s.iter().enumerate() {
-                            for (o, &v) in out_block.iter_mut().zip(value(j)) {
+                            let v = rows.value_head(j, kv_head, head_dim, &mut value_buf);
+                            for (o, &v) in out_block.iter_mut().zip(&v[d0..][..width]) {
                                 *o = p.mul_add(v, *o);
                             }
                         }
@@ -263,6 +267,53 @@ impl KvRows for Contiguous<'_> {
 }
 // ANCHOR_END: kv_rows
 
+// ANCHOR: kv_heads
+/// One KV head's `head_dim` run of position `j`, as attention reads it. A layout of
+/// f32 rows ([`KvRows`]) hands out a slice of itself and ignores `scratch`; a quantized
+/// cache (`src/cache/quant/`) dequantizes the run into `scratch` (`[head_dim]`, the
+/// caller's) and hands that out: dequantization happens inside the dot products, one
+/// run at a time, never as an f32 copy of the whole cache (book: kv-quantization.md).
+pub trait KvHeads: Sync {
+    fn key_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        scratch: &'s mut [f32],
+    ) -> &'s [f32];
+    fn value_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        scratch: &'s mut [f32],
+    ) -> &'s [f32];
+}
+
+impl<R: KvRows + ?Sized> KvHeads for R {
+    #[inline(always)]
+    fn key_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        _: &'s mut [f32],
+    ) -> &'s [f32] {
+        &self.key(j)[kv_head * head_dim..][..head_dim]
+    }
+    #[inline(always)]
+    fn value_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        _: &'s mut [f32],
+    ) -> &'s [f32] {
+        &self.value(j)[kv_head * head_dim..][..head_dim]
+    }
+}
+// ANCHOR_END: kv_heads
+
 // ANCHOR: paged_rows
 /// PagedAttention's view of one layer (Kwon et al. 2023, §4.1): the sequence's
 /// positions live in fixed-size blocks scattered through a pool, listed in order by
@@ -295,6 +346,8 @@ impl KvRows for Paged<'_> {
 pub enum KvView<'a> {
     Contiguous(Contiguous<'a>),
     Paged(Paged<'a>),
+    /// int8 / int4 codes and their scales, dequantized one head's run at a time.
+    Quantized(crate::cache::quant::QuantRows<'a>),
 }
 
 impl KvView<'_> {
@@ -304,6 +357,7 @@ impl KvView<'_> {
         match self {
             KvView::Contiguous(rows) => attention_over(rows, q, start_pos, heads),
             KvView::Paged(rows) => attention_over(rows, q, start_pos, heads),
+            KvView::Quantized(rows) => attention_over(rows, q, start_pos, heads),
         }
     }
 }

@@ -16,13 +16,18 @@
 //! arithmetic whatever the layout; only the address of row `j` differs
 //! ([`crate::attention::KvRows`]).
 //!
+//! What is kept of each position (f32, int8, int4; all of it, or a window) is a second,
+//! independent choice: the `--kv` policy ([`policy`], [`quant`]; part "Shrinking the cache").
+//!
 //! Every layout reports the bytes it **reserves** and the bytes that hold **live**
 //! positions; the difference is the waste the chapters "Cache layouts" and
 //! "Capacity" measure.
 
 pub mod growable;
 pub mod paged;
+pub mod policy;
 pub mod preallocated;
+pub mod quant;
 
 use crate::attention::KvView;
 use crate::config::Config;
@@ -31,6 +36,7 @@ use serde::Serialize;
 
 pub use growable::GrowableCache;
 pub use paged::{PagedCache, PagedSeq, SeqId};
+pub use policy::{new_policy_store, KvPolicy, PolicyParams};
 pub use preallocated::PreallocatedCache;
 
 /// Positions per block when none is given: vLLM's default on GPUs (Kwon et al. 2023

@@ -10,6 +10,7 @@
 //! - [`ops_fused`] — the fused kernels (RMSNorm→QKV, residual epilogues, SwiGLU→down,
 //!   RoPE + KV append), each bitwise equal to the unfused chain it replaces;
 //! - [`ops_splitk`] — attention v3, split-K (Flash-Decoding) for long contexts;
+//!   [`ops_quant`]: attention over an int8 cache (src/cache/quant/, `--kv int8`);
 //! - [`weights`] — the model uploaded once, in f32 or bf16;
 //! - [`kv_cache`] — the KV cache in GPU memory (src/cache/preallocated.rs);
 //! - [`forward`] — the forward pass (src/model.rs), naive and cached; [`forward_fused`] the
@@ -42,6 +43,7 @@ pub mod ops;
 pub mod ops_attention;
 pub mod ops_fused;
 pub mod ops_splitk;
+pub mod ops_quant;
 pub mod speculative;
 pub mod weights;
 

@@ -17,6 +17,8 @@
 //! | [`spec_sweep`] | `kvlab spec-sweep` | speculative.md |
 //! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
 //! | [`gqa`] | `kvlab gqa` | gqa.md |
+//! | [`eval`] | `kvlab eval` | kv-quantization.md, eviction.md |
+//! | [`kv_bench`] | `kvlab bench-kv` | kv-quantization.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
@@ -25,9 +27,11 @@ pub mod bench;
 pub mod cache_bench;
 pub mod capacity;
 pub mod compare;
+pub mod eval;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
 pub mod gqa;
+pub mod kv_bench;
 pub mod peak;
 pub mod roof;
 pub mod shared_prompt;

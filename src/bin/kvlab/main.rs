@@ -21,9 +21,10 @@ mod print;
 
 use clap::{Parser, Subcommand};
 use cmd::attention::AttentionMapArgs;
-use cmd::bench::{BenchArgs, BenchCacheArgs};
+use cmd::bench::{BenchArgs, BenchCacheArgs, BenchKvArgs};
 use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
+use cmd::eval::EvalArgs;
 use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
 use cmd::gqa::GqaArgs;
 use cmd::model::{ImportArgs, KvSizeArgs};
@@ -66,6 +67,8 @@ enum Command {
     Chat(ChatArgs),
     /// Decode speed of every cache layout at a context, and prefix-hit vs cold TTFT.
     BenchCache(BenchCacheArgs),
+    /// Decode speed of each --kv policy (full, int8, int4, ...) at long contexts.
+    BenchKv(BenchKvArgs),
     /// One head's attention probabilities on a prompt (the causal mask, made visible) and
     /// every layer's attention on the first token.
     AttentionMap(AttentionMapArgs),
@@ -73,6 +76,9 @@ enum Command {
     Plot(plot::PlotArgs),
     /// MHA vs GQA vs MQA at a long context: KV bytes, decode time, attention's share.
     Gqa(GqaArgs),
+    /// Score a text teacher-forced with a KV policy (full, int8, int4, int4-per-token, window,
+    /// h2o) against the full cache: perplexity, top-1 agreement, KL, KV bytes.
+    Eval(EvalArgs),
     /// Speculative decoding's premise: one verify pass over k drafts, in decode steps (k = 1..16).
     BenchVerify(BenchVerifyArgs),
     /// Speculative decoding over drafters x draft lengths on one prompt: acceptance, speedups.
@@ -92,9 +98,11 @@ fn main() {
         Command::Prefix(args) => cmd::cache::prefix(args),
         Command::Chat(args) => cmd::chat::chat(args),
         Command::BenchCache(args) => cmd::bench::bench_cache(args),
+        Command::BenchKv(args) => cmd::bench::bench_kv(args),
         Command::AttentionMap(args) => cmd::attention::attention_map(args),
         Command::Plot(args) => plot::plot(args),
         Command::Gqa(args) => cmd::gqa::gqa(args),
+        Command::Eval(args) => cmd::eval::eval(args),
         Command::BenchVerify(args) => cmd::speculative::bench_verify(args),
         Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),
     };

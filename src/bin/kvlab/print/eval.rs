@@ -1,0 +1,62 @@
+//! `kvlab eval`'s text output (book: kv-quantization.md).
+
+use super::human_bytes;
+use kvlab::lab::eval::EvalReport;
+use kvlab::lab::kv_bench::KvBench;
+
+/// One eval report: the policy's accuracy against the full cache, and its bytes.
+pub fn eval(r: &EvalReport) {
+    outln!(
+        "policy:          {} ({} tokens, {} predicted{})",
+        r.label,
+        r.n_tokens,
+        r.n_tokens - 1,
+        if r.token_by_token {
+            ", token by token"
+        } else {
+            ", one prefill"
+        }
+    );
+    outln!(
+        "perplexity:      {:.4} (full cache: {:.4})",
+        r.perplexity,
+        r.full_perplexity
+    );
+    outln!("top-1 agreement: {:.2} %", 100.0 * r.top1_agreement);
+    outln!(
+        "mean KL:         {:.3e} nats (max {:.3e})",
+        r.mean_kl,
+        r.max_kl
+    );
+    outln!(
+        "KV cache:        {} ({:.1} % of the full cache's {})",
+        human_bytes(r.kv_cache_bytes),
+        100.0 * r.kv_bytes_ratio,
+        human_bytes(r.full_kv_cache_bytes)
+    );
+}
+
+/// `kvlab bench-kv`: one row per policy and context.
+pub fn kv_bench(r: &KvBench) {
+    outln!("{} | {} | median of {} steps", r.machine, r.model, r.reps);
+    outln!(
+        "{:>8} {:<18} {:>10} {:>9} {:>8} {:>12}",
+        "context",
+        "kv",
+        "ms/step",
+        "tok/s",
+        "vs full",
+        "KV bytes"
+    );
+    for row in &r.rows {
+        outln!(
+            "{:>8} {:<18} {:>10.2} {:>9.2} {:>7.2}x {:>12}",
+            row.context,
+            row.label,
+            row.ms,
+            row.tok_s,
+            row.vs_full,
+            human_bytes(row.kv_cache_bytes)
+        );
+    }
+}
