@@ -47,7 +47,7 @@ proptest! {
         let seqs: Vec<Vec<u32>> = lens
             .iter()
             .map(|&len| {
-                let share = (rng.next_u64() % 2 == 0) as usize * (rng.next_u64() as usize % len);
+                let share = rng.next_u64().is_multiple_of(2) as usize * (rng.next_u64() as usize % len);
                 let mut t = shared[..share.min(20)].to_vec();
                 t.extend((t.len()..len).map(|_| (rng.next_u64() % vocab) as u32));
                 t
@@ -68,7 +68,7 @@ proptest! {
             let mut chunks: Vec<&[u32]> = Vec::new();
             for (i, t) in seqs.iter().enumerate() {
                 let left = t.len() - done[i];
-                if left == 0 || rng.next_u64() % 3 == 0 {
+                if left == 0 || rng.next_u64().is_multiple_of(3) {
                     continue;
                 }
                 let rows = 1 + rng.next_u64() as usize % left;
