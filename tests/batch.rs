@@ -1,6 +1,6 @@
 //! The batched forward pass (src/batch.rs) against solo runs, bit for bit: whatever a
 //! sequence is batched with, however its tokens are cut into chunks, and whatever the
-//! number of rows (the matmul kernel changes at 8 rows: strips below, packed panels from
+//! number of rows (the matmul kernel changes at 32 rows: strips below, packed panels from
 //! there), its logits are those of running it alone.
 
 mod common;
@@ -91,20 +91,20 @@ proptest! {
     }
 }
 
-/// 1 to 20 decode rows in one pass, across the kernel switch at 8 rows: the LM head and
+/// 1 to 40 decode rows in one pass, across the kernel switch at 32 rows: the LM head and
 /// every projection give each row the bits it gets alone.
 #[test]
 fn decode_rows_are_batch_invariant_across_the_kernel_switch() {
     let model = Model::random(tiny_config(2, 4, 2, 8, 64), 7).unwrap();
-    let prompts: Vec<Vec<u32>> = (0..20u32)
+    let prompts: Vec<Vec<u32>> = (0..40u32)
         .map(|i| (0..5 + i % 4).map(|j| (i * 7 + j * 3) % 64).collect())
         .collect();
     let solo: Vec<Vec<f32>> = prompts
         .iter()
         .map(|p| solo_logits(&model, p).pop().unwrap())
         .collect();
-    for n in 1..=20 {
-        let mut cache = PagedCache::new(&model.config, 4, 200, false).unwrap();
+    for n in (1..=12).chain([31, 32, 33, 40]) {
+        let mut cache = PagedCache::new(&model.config, 4, 400, false).unwrap();
         let ids: Vec<SeqId> = (0..n).map(|_| cache.add_sequence()).collect();
         // Prompts but the last token, one pass; then the last tokens as n decode rows.
         let heads: Vec<&[u32]> = prompts[..n].iter().map(|p| &p[..p.len() - 1]).collect();
