@@ -9,7 +9,7 @@ use super::{array, field, num, Data};
 use chart::DrawResult;
 use plotters::prelude::*;
 
-const FILE: &str = "bench_batch.json";
+const FILE: &str = "batching.json";
 
 pub fn batch_throughput(data: &Data) -> DrawResult<(String, String)> {
     let report = data.json(FILE)?;
