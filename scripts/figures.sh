@@ -38,6 +38,8 @@ SPEC_DRAFT_LENS=${SPEC_DRAFT_LENS:-1,2,4,8}
 SPEC_NEW=${SPEC_NEW:-48}
 EVAL_TEXT=${EVAL_TEXT:-tests/fixtures/eval/apache-2.0-head.txt}
 EVAL_POLICIES=${EVAL_POLICIES:-full int8 int4 int4-per-token}
+BATCH_CONCURRENCY=${BATCH_CONCURRENCY:-1,2,4,8,16}
+BATCH_NEW=${BATCH_NEW:-32}
 ONLY=${ONLY:-}
 OUT=${OUT:-book/src/figures}
 DATA=$OUT/data
@@ -143,6 +145,9 @@ measure spec_sweep_story.json -- spec-sweep --model "$MODEL" --prompt-file promp
 for kv in $EVAL_POLICIES; do
     measure "eval_${kv//-/_}.json" -- eval --model "$MODEL" --text-file "$EVAL_TEXT" --kv "$kv" --json
 done
+# Serving many requests: tokens/s vs concurrency (continuous batching vs one at a time)
+# and the decode stall while a 1000-token prompt is prefilled whole or in chunks.
+measure batching.json -- bench-batch --model "$MODEL" --concurrency "$BATCH_CONCURRENCY" --max-tokens "$BATCH_NEW" --json
 
 # When, and from which commit (the working tree may differ from it: "+dirty").
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)

@@ -4,8 +4,9 @@
 //! Reading order: [`ops`] (the kernels) → [`attention`] → [`cache`] (where K and V
 //! live: [`cache::PreallocatedCache`] first, then growable, paged, prefix-shared) →
 //! [`model`] (the forward pass) → [`generate`] (the loop and its timings) →
-//! [`backend`] (which decoder runs where) → [`chat`]. The experiments that measure all
-//! this are in [`lab`].
+//! [`backend`] (which decoder runs where) → [`chat`] → [`batch`] (one pass over many
+//! sequences) → [`engine`] (serving many requests: continuous batching, chunked
+//! prefill). The experiments that measure all this are in [`lab`].
 //!
 //! **The library computes and returns `Serialize` reports; the binary prints.** Nothing
 //! under `src/` outside `src/bin/` parses command lines or writes tables: the `kvlab`
@@ -14,12 +15,14 @@
 
 pub mod attention;
 pub mod backend;
+pub mod batch;
 pub mod cache;
 pub mod chat;
 pub mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
+pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod gguf;

@@ -19,10 +19,12 @@
 //! | [`gqa`] | `kvlab gqa` | gqa.md |
 //! | [`eval`] | `kvlab eval` | kv-quantization.md, eviction.md |
 //! | [`kv_bench`] | `kvlab bench-kv` | kv-quantization.md |
+//! | [`batching`] | `kvlab bench-batch` | scheduling.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
 pub mod attention_map;
+pub mod batching;
 pub mod bench;
 pub mod cache_bench;
 pub mod capacity;

@@ -1,6 +1,7 @@
 //! The `kvlab` command line: generate, compare the two paths, size a KV cache, import a
 //! GGUF, a zero-setup demo, and the experiments (bench, trace, capacity, prefix, chat,
-//! bench-cache, attention-map, gqa), and `kvlab plot`, which draws the book's figures.
+//! bench-cache, attention-map, gqa, bench-verify, spec-sweep, bench-batch), and `kvlab plot`,
+//! which draws the book's figures.
 //!
 //! The rule (src/lib.rs): the library computes and returns `Serialize` reports; this
 //! binary parses arguments (`args.rs`, one shared group per concern), calls the library
@@ -21,6 +22,7 @@ mod print;
 
 use clap::{Parser, Subcommand};
 use cmd::attention::AttentionMapArgs;
+use cmd::batch::BenchBatchArgs;
 use cmd::bench::{BenchArgs, BenchCacheArgs, BenchKvArgs};
 use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
@@ -83,6 +85,9 @@ enum Command {
     BenchVerify(BenchVerifyArgs),
     /// Speculative decoding over drafters x draft lengths on one prompt: acceptance, speedups.
     SpecSweep(SpecSweepArgs),
+    /// Serving many requests: output tokens/s vs concurrency (continuous batching vs one
+    /// at a time), and the decode stall with and without chunked prefill.
+    BenchBatch(BenchBatchArgs),
 }
 
 fn main() {
@@ -105,6 +110,7 @@ fn main() {
         Command::Eval(args) => cmd::eval::eval(args),
         Command::BenchVerify(args) => cmd::speculative::bench_verify(args),
         Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),
+        Command::BenchBatch(args) => cmd::batch::bench_batch(args),
     };
     if let Err(e) = result {
         // One line, whatever the message holds (a path or a tokenizer's text may not).

@@ -11,8 +11,10 @@ use kvlab::lab::compare::Comparison;
 use kvlab::lab::shared_prompt::PrefixReport;
 use kvlab::lab::trace::TraceRow;
 
+mod batching;
 mod eval;
 mod speculative;
+pub use batching::batching;
 pub use eval::{eval, kv_bench};
 pub use speculative::{spec_comparison, spec_summary, spec_sweep, verify_cost};
 
