@@ -14,12 +14,14 @@
 
 pub mod attention;
 pub mod backend;
+pub mod batch;
 pub mod cache;
 pub mod chat;
 pub mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
+pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod gguf;

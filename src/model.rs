@@ -13,13 +13,15 @@
 //!   a cache ([`KvStore`]: preallocated, growable, paged or prefix-shared) and
 //!   attends over everything the cache holds.
 
-use crate::attention::{Contiguous, Heads, KvView};
+use crate::attention::{Heads, KvView};
+use crate::batch::{BatchKv, Span};
 use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::ops;
 use crate::simd::WeightElem;
 use ndarray::{Array1, Array2};
+use rayon::prelude::*;
 
 // ANCHOR: weights
 /// One transformer block's weights. Matrices are `[d_in, d_out]`: PyTorch's
@@ -83,7 +85,7 @@ pub enum KvSource<'a> {
 
 /// Reads a standard-layout array as a slice. Every array here is built
 /// contiguous (by the loader or by `Array2::zeros`), so this cannot fail.
-fn s<A, D: ndarray::Dimension>(a: &ndarray::Array<A, D>) -> &[A] {
+pub(crate) fn s<A, D: ndarray::Dimension>(a: &ndarray::Array<A, D>) -> &[A] {
     a.as_slice().expect("arrays in kvlab are contiguous")
 }
 
@@ -125,6 +127,24 @@ impl<E: WeightElem> Model<E> {
         kv: &mut KvSource,
         n_layers: usize,
     ) -> Result<Array2<f32>> {
+        // A single sequence is a batch of one (`src/batch.rs` runs many).
+        self.forward_layers(&[tokens], kv, n_layers)
+    }
+
+    /// The layer loop, over a **batch**: `batch[i]` are the new tokens of sequence `i`,
+    /// whose keys and values `kv` keeps (sequence `i` starts at `kv.start_pos(i)`).
+    /// Returns the final hidden states of every row, `[total_rows, dim]`, sequence after
+    /// sequence. Every matmul runs over all rows stacked; only attention looks at one
+    /// sequence at a time, over its own keys and values. The kernels are row-independent
+    /// (`src/ops.rs`), so a row's result does not depend on the rows beside it: a batch
+    /// of one is the single-sequence pass, and a batch of many gives each sequence the
+    /// bits it would get alone (book: scheduling.md).
+    pub fn forward_layers(
+        &self,
+        batch: &[&[u32]],
+        kv: &mut dyn BatchKv,
+        n_layers: usize,
+    ) -> Result<Array2<f32>> {
         let layers = self.layers.get(..n_layers).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "cannot run {n_layers} layers of a {}-layer model",
@@ -132,45 +152,45 @@ impl<E: WeightElem> Model<E> {
             ))
         })?;
         let c = &self.config;
-        let (dim, n) = (c.hidden_size, tokens.len());
+        let dim = c.hidden_size;
         let heads = Heads::of(&self.config);
         let (q_dim, kv_dim) = (
             heads.n_heads * heads.head_dim,
             heads.n_kv_heads * heads.head_dim,
         );
-        if n == 0 {
-            return Err(Error::EmptyPrompt);
-        }
-        let start_pos = match kv {
-            KvSource::ThisPass => 0,
-            KvSource::Cache(cache) => cache.len(),
-        };
-        if start_pos + n > c.max_position_embeddings {
-            return Err(Error::PromptTooLong {
-                prompt_len: start_pos + n,
-                max_seq_len: c.max_position_embeddings,
-            });
-        }
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
-            return Err(Error::TokenOutOfRange {
-                id,
-                vocab_size: c.vocab_size,
-            });
+        // Where each sequence's rows sit in the stacked batch, and its first position.
+        let spans = Span::of_batch(batch, kv)?;
+        for (span, tokens) in spans.iter().zip(batch) {
+            if span.start_pos + span.n_rows > c.max_position_embeddings {
+                return Err(Error::PromptTooLong {
+                    prompt_len: span.start_pos + span.n_rows,
+                    max_seq_len: c.max_position_embeddings,
+                });
+            }
+            if let Some(&id) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+                return Err(Error::TokenOutOfRange {
+                    id,
+                    vocab_size: c.vocab_size,
+                });
+            }
         }
         // The input is checked; `prepare` makes room (or fails) before any layer writes,
         // so a pass that fails leaves the cache as it was.
-        if let KvSource::Cache(cache) = kv {
-            cache.prepare(tokens)?;
+        for (i, tokens) in batch.iter().enumerate() {
+            kv.prepare(i, tokens)?;
         }
+        let n: usize = spans.iter().map(|s| s.n_rows).sum();
 
         // Token embedding: row `token` of the table.        x: [n, dim]
         let mut x = Array2::<f32>::zeros((n, dim));
-        for (i, &token) in tokens.iter().enumerate() {
+        for (i, &token) in batch.iter().copied().flatten().enumerate() {
             x.row_mut(i).assign(&self.embed.row(token as usize));
         }
 
-        // RoPE angles for each token's true position.
-        let rope: Vec<(Vec<f32>, Vec<f32>)> = (start_pos..start_pos + n)
+        // RoPE angles for each row's true position in its own sequence.
+        let rope: Vec<(Vec<f32>, Vec<f32>)> = spans
+            .iter()
+            .flat_map(|s| s.start_pos..s.start_pos + s.n_rows)
             .map(|pos| ops::rope_cos_sin(pos, heads.head_dim, c.rope_theta))
             .collect();
         let eps = c.rms_norm_eps as f32;
@@ -215,17 +235,29 @@ impl<E: WeightElem> Model<E> {
                 }
                 (q, k, v)
             });
-            // The only lines where the two paths differ: where K and V come from.
-            let kv_rows = match kv {
-                KvSource::ThisPass => KvView::Contiguous(Contiguous::new(&k, &v, kv_dim)),
-                KvSource::Cache(cache) => {
-                    cache.write(l, &k, &v)?;
-                    // Contiguous rows, or a block table (PagedAttention): same arithmetic.
-                    cache.read(l, start_pos + n)
-                }
-            };
+            // The only lines where the paths differ: where K and V come from. Each
+            // sequence writes its rows into its own cache (or keeps them: naive path)...
+            for (i, span) in spans.iter().enumerate() {
+                kv.write(i, l, &k[span.rows(kv_dim)], &v[span.rows(kv_dim)])?;
+            }
+            // ...and attention reads them back as the cache keeps them: contiguous
+            // rows, or a block table (PagedAttention): same arithmetic.
+            let kv_rows: Vec<KvView> = (0..spans.len())
+                .map(|i| {
+                    let span = &spans[i];
+                    let (k, v) = (&k[span.rows(kv_dim)], &v[span.rows(kv_dim)]);
+                    kv.read(i, l, span.start_pos + span.n_rows, k, v)
+                })
+                .collect();
             in_pool(|| {
-                let attn = kv_rows.attend(&q, start_pos, heads);
+                // Attention, each sequence over its own keys, all sequences in parallel.
+                let attn: Vec<f32> = kv_rows
+                    .par_iter()
+                    .zip(&spans)
+                    .flat_map_iter(|(rows, span)| {
+                        rows.attend(&q[span.rows(q_dim)], span.start_pos, heads)
+                    })
+                    .collect(); // [n, n_heads * head_dim]
                 ops::add_inplace(x_s, &linear(&attn, &layer.wo));
 
                 // ---- MLP block ----
@@ -241,8 +273,8 @@ impl<E: WeightElem> Model<E> {
                 ops::add_inplace(x_s, &linear(&gate, &layer.w_down));
             });
         }
-        if let KvSource::Cache(cache) = kv {
-            cache.advance(n);
+        for (i, span) in spans.iter().enumerate() {
+            kv.advance(i, span.n_rows);
         }
         Ok(x)
     }
@@ -250,6 +282,12 @@ impl<E: WeightElem> Model<E> {
 
     /// Final RMSNorm and LM head for one hidden state `[dim]` → logits `[vocab]`.
     pub fn logits(&self, hidden: &[f32]) -> Vec<f32> {
+        self.logits_rows(hidden)
+    }
+
+    /// The same for `m` hidden states at once, `[m, dim]` → `[m, vocab]`: the LM head
+    /// (the largest matrix) is streamed once for all rows (batched decode).
+    pub fn logits_rows(&self, hidden: &[f32]) -> Vec<f32> {
         let mut normed = vec![0.0f32; hidden.len()];
         ops::rmsnorm(
             hidden,
@@ -258,8 +296,7 @@ impl<E: WeightElem> Model<E> {
             &mut normed,
         );
         let (dim, vocab) = self.lm_head.dim();
-        let mut logits = vec![0.0f32; vocab];
-        debug_assert_eq!(dim, normed.len());
+        let mut logits = vec![0.0f32; normed.len() / dim * vocab];
         in_pool(|| ops::matmuls(&normed, dim, vec![(s(&self.lm_head), &mut logits[..])]));
         logits
     }

@@ -385,7 +385,9 @@ impl PagedCache {
         Ok(())
     }
 
-    fn read_seq(&self, id: SeqId, layer: usize, end: usize) -> KvView<'_> {
+    /// Layer `layer`'s keys and values of `id` for positions `0..end`, through its block
+    /// table (what a batched pass reads for each sequence, `src/batch.rs`).
+    pub fn read_seq(&self, id: SeqId, layer: usize, end: usize) -> KvView<'_> {
         let bs = self.pool.block_size();
         let table = &self.seqs[&id].blocks[..end.div_ceil(bs)];
         KvView::Paged(Paged {

@@ -1,0 +1,474 @@
+//! The engine loop's one iteration, synchronous and single-threaded (book: scheduling.md).
+//!
+//! Every [`Engine::step`]: drop the cancelled requests, pick the rows of the running
+//! sequences under the token budget ([`super::scheduler`]), make sure the KV pool has
+//! blocks for them (preempting the youngest request if not), admit waiting requests
+//! into what is left, run **one** batched forward pass over all picked rows
+//! (`Model::forward_batch`), sample a token for each sequence whose rows reached its
+//! end, and retire the finished ones. Requests join and leave at every iteration
+//! (Orca's iteration-level scheduling, Yu et al. 2022).
+//!
+//! The thread, the channels and the streams are in `handle.rs`; this file is what the
+//! tests and the offline benchmarks drive directly.
+
+use super::metrics::EngineMetrics;
+use super::request::{EngineConfig, Event, FinishReason, Policy, Request, SubmitError};
+use super::scheduler::{pick_batch, prefill_chunk, Budget, Candidate, Scheduled};
+use super::sequence::Sequence;
+use crate::batch::PagedBatch;
+use crate::cache::{PagedCache, SeqId};
+use crate::error::{Error, Result};
+use crate::model::Model;
+use serde::Serialize;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Rows of one sequence in one iteration.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RowsRun {
+    pub id: u64,
+    /// Position of its first row.
+    pub start_pos: usize,
+    pub rows: usize,
+    /// Whether the chunk reached the end of its tokens (a token was sampled).
+    pub sampled: bool,
+}
+
+/// What one iteration did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StepReport {
+    pub iteration: u64,
+    /// The batch of the forward pass, in row order.
+    pub rows: Vec<RowsRun>,
+    /// Every event, in order, with its request id.
+    pub events: Vec<(u64, Event)>,
+    /// Tokens produced this iteration, per request id (as in `events`).
+    pub tokens: Vec<(u64, u32)>,
+    pub finished: Vec<u64>,
+    /// Requests preempted this iteration (blocks freed, back to the waiting queue).
+    pub preempted: Vec<u64>,
+    pub cancelled: Vec<u64>,
+    /// With `capture_logits`: the logits each sampled token was drawn from.
+    #[serde(skip)]
+    pub logits: Vec<(u64, Vec<f32>)>,
+    /// Wall time of the iteration.
+    pub seconds: f64,
+}
+
+impl StepReport {
+    pub fn n_rows(&self) -> usize {
+        self.rows.iter().map(|r| r.rows).sum()
+    }
+}
+
+/// The synchronous engine: a waiting queue, the running sequences, one paged pool.
+pub struct Engine {
+    model: Arc<Model>,
+    config: EngineConfig,
+    cache: PagedCache,
+    seqs: HashMap<u64, Sequence>,
+    /// Running sequences in admission order: the last is the youngest, preempted first.
+    running: Vec<u64>,
+    waiting: VecDeque<u64>,
+    cancelled: BTreeSet<u64>,
+    next_id: u64,
+    metrics: EngineMetrics,
+}
+
+impl Engine {
+    /// An engine over `model` with a KV pool of `config.kv_budget_bytes`.
+    pub fn new(model: Arc<Model>, config: EngineConfig) -> Result<Engine> {
+        if config.max_batch_tokens == 0 || config.max_batch_seqs == 0 {
+            return Err(Error::InvalidArgument(
+                "max_batch_tokens and max_batch_seqs must be at least 1".into(),
+            ));
+        }
+        let cache = PagedCache::with_budget(
+            &model.config,
+            config.block_size,
+            config.kv_budget_bytes,
+            config.prefix_caching,
+        )?;
+        Ok(Engine {
+            model,
+            config,
+            cache,
+            seqs: HashMap::new(),
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            cancelled: BTreeSet::new(),
+            next_id: 0,
+            metrics: EngineMetrics::default(),
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+    pub fn cache(&self) -> &PagedCache {
+        &self.cache
+    }
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Queues `request`; returns its id.
+    pub fn add(&mut self, request: Request) -> std::result::Result<u64, SubmitError> {
+        let id = self.next_id;
+        self.add_as(id, request)?;
+        Ok(id)
+    }
+
+    /// Queues `request` under the caller's `id` (the handle numbers its streams itself).
+    pub fn add_as(&mut self, id: u64, request: Request) -> std::result::Result<(), SubmitError> {
+        validate(&self.model, &self.config, &request).map_err(SubmitError::Invalid)?;
+        if self.waiting.len() >= self.config.max_waiting {
+            return Err(SubmitError::QueueFull { retry_after_s: 1 });
+        }
+        if self.seqs.contains_key(&id) {
+            return Err(SubmitError::Invalid(Error::InvalidArgument(format!(
+                "request id {id} is already in the engine"
+            ))));
+        }
+        self.next_id = self.next_id.max(id + 1);
+        self.metrics.prompt_tokens += request.prompt.len() as u64;
+        self.seqs.insert(id, Sequence::new(id, request));
+        self.waiting.push_back(id);
+        Ok(())
+    }
+
+    /// Cancels request `id`: its blocks are freed at the next iteration.
+    pub fn cancel(&mut self, id: u64) {
+        if self.seqs.contains_key(&id) {
+            self.cancelled.insert(id);
+        }
+    }
+
+    /// Whether a request is waiting, running or being cancelled.
+    pub fn has_work(&self) -> bool {
+        !self.running.is_empty() || !self.waiting.is_empty() || !self.cancelled.is_empty()
+    }
+
+    pub fn n_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Counters now, with the pool's blocks.
+    pub fn metrics(&self) -> EngineMetrics {
+        EngineMetrics {
+            requests_running: self.running.len(),
+            requests_waiting: self.waiting.len(),
+            kv_blocks_used: self.cache.pool().n_used(),
+            kv_blocks_free: self.cache.available(),
+            ..self.metrics.clone()
+        }
+    }
+
+    // ANCHOR: step
+    /// One iteration: schedule, run one batched forward pass, sample, retire.
+    pub fn step(&mut self) -> Result<StepReport> {
+        let start = Instant::now();
+        let mut report = StepReport {
+            iteration: self.metrics.iterations,
+            ..StepReport::default()
+        };
+        for id in std::mem::take(&mut self.cancelled) {
+            self.remove(id)?;
+            self.metrics.requests_cancelled += 1;
+            report.cancelled.push(id);
+        }
+        let batch = self.schedule(&mut report)?;
+        if !batch.is_empty() {
+            self.run_batch(&batch, &mut report)?;
+        }
+        self.metrics.iterations += 1;
+        report.seconds = start.elapsed().as_secs_f64();
+        Ok(report)
+    }
+    // ANCHOR_END: step
+
+    // ANCHOR: schedule
+    /// The rows of the next pass: running sequences first (decodes, then prefill chunks),
+    /// each given its blocks or making room by preemption; then waiting requests, in
+    /// arrival order, while the budget and the pool allow.
+    fn schedule(&mut self, report: &mut StepReport) -> Result<Vec<Scheduled>> {
+        let budget = Budget {
+            max_tokens: self.config.max_batch_tokens,
+            max_seqs: self.config.max_batch_seqs,
+            chunked: self.config.policy == Policy::ContinuousChunked,
+        };
+        let candidates: Vec<Candidate> = (self.running.iter())
+            .map(|id| Candidate {
+                id: *id,
+                rows_left: self.seqs[id].rows_left(),
+            })
+            .collect();
+        let mut batch: Vec<Scheduled> = Vec::new();
+        let mut reserved = 0; // blocks the picked rows will take
+        for mut s in pick_batch(&candidates, &budget) {
+            // Oldest first: when the pool is short, the youngest running request
+            // gives its blocks back, until this one fits (or it is the youngest).
+            while self.running.contains(&s.id) {
+                let free = self.cache.available().saturating_sub(reserved);
+                if let Some(rows) = self.rows_that_fit(s.id, s.rows, free, budget.chunked) {
+                    s.rows = rows;
+                    reserved += self.blocks_needed(s.id, rows);
+                    batch.push(s);
+                    break;
+                }
+                // (Not one that already has its rows in this pass: `s` itself at worst.)
+                let victim = *(self.running.iter().rev())
+                    .find(|&&r| batch.iter().all(|b| b.id != r))
+                    .expect("s is running and not in the batch");
+                self.preempt(victim)?;
+                report.preempted.push(victim);
+            }
+        }
+        // Admission: Static and Sequential only start a batch when the last one is done.
+        let may_admit = match self.config.policy {
+            Policy::Sequential | Policy::Static => self.running.is_empty(),
+            Policy::Continuous | Policy::ContinuousChunked => true,
+        };
+        let max_running = match self.config.policy {
+            Policy::Sequential => 1,
+            _ => usize::MAX,
+        };
+        let mut tokens_left = budget.max_tokens.saturating_sub(total_rows(&batch));
+        let mut first_prefill = batch.iter().all(|s| self.seqs[&s.id].rows_left() == 1);
+        while let Some(&id) = self.waiting.front() {
+            if !may_admit || batch.len() == budget.max_seqs || self.running.len() == max_running {
+                break;
+            }
+            let seq = &self.seqs[&id];
+            let (seq_id, reused) = self.cache.add_sequence_with_prefix(&seq.tokens);
+            let rows_left = seq.tokens.len() - reused;
+            let rows = prefill_chunk(rows_left, tokens_left, budget.chunked, first_prefill);
+            // Admitted only if the pool can hold its whole prompt (a watermark against
+            // admitting requests only to preempt them at the next iteration).
+            let free = self.cache.available().saturating_sub(reserved);
+            if rows == 0 || blocks_for(&self.cache, seq_id, rows_left) > free {
+                self.cache.free(seq_id)?;
+                break;
+            }
+            self.waiting.pop_front();
+            let seq = self.seqs.get_mut(&id).expect("waiting");
+            seq.seq_id = Some(seq_id);
+            seq.n_computed = reused;
+            if seq.cached_prompt_tokens.is_none() {
+                seq.cached_prompt_tokens = Some(reused);
+                self.metrics.prefix_hit_tokens += reused as u64;
+            }
+            self.running.push(id);
+            reserved += blocks_for(&self.cache, seq_id, rows);
+            batch.push(Scheduled { id, rows });
+            tokens_left = tokens_left.saturating_sub(rows);
+            first_prefill = false;
+        }
+        Ok(batch)
+    }
+    // ANCHOR_END: schedule
+
+    /// The rows of `id`'s `rows` whose blocks fit in `free` blocks: all of them, or
+    /// (chunked prefill) as many as fit; `None` if not even one does.
+    fn rows_that_fit(&self, id: u64, rows: usize, free: usize, chunked: bool) -> Option<usize> {
+        if self.blocks_needed(id, rows) <= free {
+            return Some(rows);
+        }
+        if !chunked {
+            return None;
+        }
+        (1..rows).rev().find(|&r| self.blocks_needed(id, r) <= free)
+    }
+
+    fn blocks_needed(&self, id: u64, rows: usize) -> usize {
+        let seq_id = self.seqs[&id].seq_id.expect("running");
+        blocks_for(&self.cache, seq_id, rows)
+    }
+
+    // ANCHOR: preempt
+    /// Preemption by **recompute** (vLLM's default, Kwon et al. 2023 §4.5): the request
+    /// gives back all its blocks and goes to the front of the waiting queue with prompt +
+    /// generated tokens as its new prompt; when it is admitted again, one prefill (fast,
+    /// compute-bound, and partly a prefix-cache hit) rebuilds its cache. The alternative,
+    /// swapping its blocks out to host memory and back, exists for GPUs, where the KV
+    /// pool is scarce device memory and host RAM is a second, larger pool. Here the pool
+    /// already *is* host RAM: swapping would copy between two parts of the same memory,
+    /// and bookkeep both, for nothing. The logits are bitwise the same after recompute
+    /// (row-independent kernels), so the request's tokens do not change.
+    fn preempt(&mut self, id: u64) -> Result<()> {
+        let seq = self.seqs.get_mut(&id).expect("running");
+        if let Some(seq_id) = seq.seq_id.take() {
+            self.cache.free(seq_id)?;
+        }
+        seq.n_computed = 0;
+        self.running.retain(|&r| r != id);
+        self.waiting.push_front(id);
+        self.metrics.preemptions += 1;
+        Ok(())
+    }
+    // ANCHOR_END: preempt
+
+    /// Forgets request `id`, wherever it is, and frees its blocks.
+    fn remove(&mut self, id: u64) -> Result<Option<Sequence>> {
+        self.running.retain(|&r| r != id);
+        self.waiting.retain(|&r| r != id);
+        let Some(seq) = self.seqs.remove(&id) else {
+            return Ok(None);
+        };
+        if let Some(seq_id) = seq.seq_id {
+            self.cache.free(seq_id)?;
+        }
+        Ok(Some(seq))
+    }
+
+    // ANCHOR: run_batch
+    /// One forward pass over the picked rows, then a token for every sequence whose
+    /// rows reached the end of its tokens.
+    fn run_batch(&mut self, batch: &[Scheduled], report: &mut StepReport) -> Result<()> {
+        let mut token_lists: Vec<&[u32]> = Vec::new();
+        let mut seq_ids: Vec<SeqId> = Vec::new();
+        let mut want_logits = Vec::new();
+        for s in batch {
+            let seq = &self.seqs[&s.id];
+            let rows = seq.n_computed..seq.n_computed + s.rows;
+            let sampled = rows.end == seq.tokens.len();
+            token_lists.push(&seq.tokens[rows]);
+            seq_ids.push(seq.seq_id.expect("running"));
+            want_logits.push(sampled);
+            report.rows.push(RowsRun {
+                id: s.id,
+                start_pos: seq.n_computed,
+                rows: s.rows,
+                sampled,
+            });
+        }
+        let mut paged = PagedBatch {
+            cache: &mut self.cache,
+            seqs: seq_ids,
+        };
+        let outcome = self
+            .model
+            .forward_batch(&token_lists, &mut paged, &want_logits);
+        let logits = match outcome {
+            Ok(logits) => logits,
+            Err(e) => {
+                // The pass failed for all of them: each request fails, blocks freed.
+                let message = e.to_string();
+                for s in batch {
+                    self.remove(s.id)?;
+                    let event = Event::Failed {
+                        message: message.clone(),
+                    };
+                    report.events.push((s.id, event));
+                }
+                return Ok(());
+            }
+        };
+        for (s, logits) in batch.iter().zip(logits) {
+            self.seqs.get_mut(&s.id).expect("running").n_computed += s.rows;
+            if let Some(logits) = logits {
+                self.sample(s.id, &logits, report)?;
+                if self.config.capture_logits {
+                    report.logits.push((s.id, logits));
+                }
+            }
+        }
+        Ok(())
+    }
+    // ANCHOR_END: run_batch
+
+    /// Samples request `id`'s next token from `logits`; emits it, or finishes the request.
+    fn sample(&mut self, id: u64, logits: &[f32], report: &mut StepReport) -> Result<()> {
+        let seq = self.seqs.get_mut(&id).expect("running");
+        let token = match seq.sampler.sample(logits) {
+            Ok(token) => token,
+            Err(e) => {
+                self.remove(id)?;
+                let message = e.to_string();
+                report.events.push((id, Event::Failed { message }));
+                return Ok(());
+            }
+        };
+        let now = Instant::now();
+        let reason = if seq.request.stop_ids.contains(&token) {
+            Some(FinishReason::Stop)
+        } else {
+            seq.tokens.push(token);
+            seq.generated += 1;
+            let since = seq.last_token_at.unwrap_or(seq.arrived);
+            let seconds = (now - since).as_secs_f64();
+            match seq.last_token_at {
+                None => self.metrics.ttft_seconds.observe(seconds),
+                Some(_) => self.metrics.inter_token_seconds.observe(seconds),
+            }
+            seq.last_token_at = Some(now);
+            self.metrics.generated_tokens += 1;
+            report.tokens.push((id, token));
+            report.events.push((id, Event::Token { id: token }));
+            (seq.generated == seq.request.max_tokens).then_some(FinishReason::Length)
+        };
+        if let Some(reason) = reason {
+            let seq = self.remove(id)?.expect("running");
+            self.metrics.requests_finished += 1;
+            report.finished.push(id);
+            let event = Event::Finished {
+                reason,
+                prompt_tokens: seq.request.prompt.len(),
+                completion_tokens: seq.generated,
+                cached_prompt_tokens: seq.cached_prompt_tokens.unwrap_or(0),
+            };
+            report.events.push((id, event));
+        }
+        Ok(())
+    }
+}
+
+fn total_rows(batch: &[Scheduled]) -> usize {
+    batch.iter().map(|s| s.rows).sum()
+}
+
+/// Blocks sequence `seq_id` must take to store `rows` more positions: one per block
+/// boundary crossed, plus a private copy of its last block if that one is shared
+/// (what `PagedCache::prepare` will take).
+fn blocks_for(cache: &PagedCache, seq_id: SeqId, rows: usize) -> usize {
+    let bs = cache.block_size();
+    let len = cache.seq_len(seq_id).unwrap_or(0);
+    let table = cache.block_table(seq_id).unwrap_or(&[]);
+    let new_blocks = (len + rows).div_ceil(bs).saturating_sub(table.len());
+    let shared_tail = table.get(len / bs).is_some_and(|&b| {
+        rows > 0 && (cache.pool().ref_count(b) > 1 || cache.prefix().is_some_and(|p| p.is_named(b)))
+    });
+    new_blocks + shared_tail as usize
+}
+
+// ANCHOR: validate
+/// Whether `request` can ever run: a clear one-line error if not.
+pub fn validate(model: &Model, config: &EngineConfig, request: &Request) -> Result<()> {
+    let c = &model.config;
+    if request.prompt.is_empty() {
+        return Err(Error::EmptyPrompt);
+    }
+    if let Some(&id) = request.prompt.iter().find(|&&t| t as usize >= c.vocab_size) {
+        return Err(Error::TokenOutOfRange {
+            id,
+            vocab_size: c.vocab_size,
+        });
+    }
+    crate::generate::check_request(model, &request.prompt, request.max_tokens)?;
+    request.sampling.sampler_config().validate()?;
+    // The last token sampled is never fed back: prompt + max_tokens - 1 positions at most.
+    let positions = request.prompt.len() + request.max_tokens - 1;
+    let bs = config.block_size.max(1);
+    let n_blocks = config.kv_budget_bytes / crate::cache::paged::BlockPool::block_bytes(c, bs);
+    if positions.div_ceil(bs) > n_blocks {
+        return Err(Error::InvalidArgument(format!(
+            "prompt ({}) + max_tokens ({}) needs {} KV blocks of {bs} positions but the engine's whole pool holds {n_blocks}: shorten the request or give the engine a larger KV budget",
+            request.prompt.len(),
+            request.max_tokens,
+            positions.div_ceil(bs)
+        )));
+    }
+    Ok(())
+}
+// ANCHOR_END: validate

@@ -1,0 +1,218 @@
+//! The engine on its own OS thread, and the handle a server talks to it through
+//! (book: scheduling.md).
+//!
+//! The forward pass is compute-bound and runs for milliseconds: on an async runtime's
+//! threads it would block every other task (tokio's docs say so of any CPU-heavy work).
+//! So the loop owns a thread of its own. A submit puts the request in an inbox (under a
+//! mutex, with a condition variable to wake the loop) and returns at once with a
+//! [`RequestStream`]: an unbounded channel the loop sends the request's events into,
+//! which an async handler awaits and a test reads blocking. Dropping the stream cancels
+//! the request: the loop frees its blocks at its next iteration.
+
+use super::engine::{validate, Engine};
+use super::metrics::EngineMetrics;
+use super::request::{EngineConfig, Event, Request, SubmitError};
+use crate::error::Result;
+use crate::model::Model;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+/// What the handles share with the loop.
+struct Shared {
+    inbox: Mutex<Inbox>,
+    wake: Condvar,
+    next_id: AtomicU64,
+    model: Arc<Model>,
+    config: EngineConfig,
+}
+
+#[derive(Default)]
+struct Inbox {
+    new: Vec<(u64, Request, UnboundedSender<Event>)>,
+    cancelled: Vec<u64>,
+    /// Requests in the engine's waiting queue at its last iteration.
+    waiting: usize,
+    metrics: EngineMetrics,
+    shut_down: bool,
+}
+
+impl Shared {
+    fn inbox(&self) -> MutexGuard<'_, Inbox> {
+        // A panic while holding the lock leaves plain data behind: keep going.
+        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+// ANCHOR: handle
+/// A running engine: its loop runs on its own OS thread. Cheap to clone, Send + Sync.
+#[derive(Clone)]
+pub struct EngineHandle {
+    shared: Arc<Shared>,
+}
+
+impl EngineHandle {
+    /// Starts the engine loop on a new thread.
+    pub fn spawn(model: Arc<Model>, config: EngineConfig) -> Result<EngineHandle> {
+        let engine = Engine::new(model.clone(), config.clone())?;
+        let shared = Arc::new(Shared {
+            inbox: Mutex::new(Inbox::default()),
+            wake: Condvar::new(),
+            next_id: AtomicU64::new(0),
+            model,
+            config,
+        });
+        let for_loop = shared.clone();
+        std::thread::Builder::new()
+            .name("kvlab-engine".into())
+            .spawn(move || run_loop(engine, for_loop))
+            .map_err(|e| {
+                crate::error::Error::Internal(format!("cannot start the engine thread: {e}"))
+            })?;
+        Ok(EngineHandle { shared })
+    }
+
+    /// Queues `request`. Refused at once when it can never run, when the waiting queue
+    /// is full, or when the engine has stopped.
+    pub fn submit(&self, request: Request) -> std::result::Result<RequestStream, SubmitError> {
+        let s = &self.shared;
+        validate(&s.model, &s.config, &request).map_err(SubmitError::Invalid)?;
+        let mut inbox = s.inbox();
+        if inbox.shut_down {
+            return Err(SubmitError::ShutDown);
+        }
+        if inbox.waiting + inbox.new.len() >= s.config.max_waiting {
+            return Err(SubmitError::QueueFull { retry_after_s: 1 });
+        }
+        let id = s.next_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, receiver) = unbounded_channel();
+        inbox.new.push((id, request, sender));
+        s.wake.notify_one();
+        Ok(RequestStream {
+            id,
+            receiver,
+            shared: s.clone(),
+        })
+    }
+
+    /// A snapshot of the counters, as of the last iteration.
+    pub fn metrics(&self) -> EngineMetrics {
+        self.shared.inbox().metrics.clone()
+    }
+
+    /// Stops the loop; pending streams get `Event::Failed`, later submits `ShutDown`.
+    pub fn shutdown(&self) {
+        self.shared.inbox().shut_down = true;
+        self.shared.wake.notify_one();
+    }
+}
+// ANCHOR_END: handle
+
+/// The events of one request. Dropping it cancels the request.
+pub struct RequestStream {
+    pub id: u64,
+    receiver: UnboundedReceiver<Event>,
+    shared: Arc<Shared>,
+}
+
+impl RequestStream {
+    /// The next event; `None` after `Finished` or `Failed`.
+    pub async fn next(&mut self) -> Option<Event> {
+        self.receiver.recv().await
+    }
+
+    /// The same, blocking the calling thread (never call it on an async runtime's thread).
+    pub fn blocking_next(&mut self) -> Option<Event> {
+        self.receiver.blocking_recv()
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        // A finished request is no longer in the engine: cancelling it does nothing.
+        self.shared.inbox().cancelled.push(self.id);
+        self.shared.wake.notify_one();
+    }
+}
+
+// ANCHOR: engine_loop
+/// The loop: take new requests and cancellations, run one iteration, send the events.
+fn run_loop(mut engine: Engine, shared: Arc<Shared>) {
+    let mut streams: HashMap<u64, UnboundedSender<Event>> = HashMap::new();
+    loop {
+        let (new, cancelled) = {
+            let mut inbox = shared.inbox();
+            while inbox.new.is_empty() && inbox.cancelled.is_empty() && !engine.has_work() {
+                if inbox.shut_down || Arc::strong_count(&shared) == 1 {
+                    break;
+                }
+                // Woken by a submit, a cancel or a shutdown; the timeout notices that
+                // every handle and stream is gone.
+                inbox = (shared.wake.wait_timeout(inbox, Duration::from_millis(200)))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            if inbox.shut_down || (Arc::strong_count(&shared) == 1 && !engine.has_work()) {
+                break;
+            }
+            (
+                std::mem::take(&mut inbox.new),
+                std::mem::take(&mut inbox.cancelled),
+            )
+        };
+        for (id, request, sender) in new {
+            match engine.add_as(id, request) {
+                Ok(()) => {
+                    streams.insert(id, sender);
+                }
+                Err(e) => {
+                    let _ = sender.send(Event::Failed {
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        for id in cancelled {
+            if streams.remove(&id).is_some() {
+                engine.cancel(id);
+            }
+        }
+        if !engine.has_work() {
+            shared.inbox().metrics = engine.metrics();
+            continue;
+        }
+        let report = match engine.step() {
+            Ok(report) => report,
+            Err(e) => {
+                fail_all(&mut streams, &format!("the engine stopped: {e}"));
+                break;
+            }
+        };
+        for (id, event) in report.events {
+            let done = matches!(event, Event::Finished { .. } | Event::Failed { .. });
+            if let Some(sender) = streams.get(&id) {
+                // A receiver gone without its Drop (cannot happen) would only lose events.
+                let _ = sender.send(event);
+            }
+            if done {
+                streams.remove(&id);
+            }
+        }
+        let mut inbox = shared.inbox();
+        inbox.waiting = engine.n_waiting();
+        inbox.metrics = engine.metrics();
+    }
+    shared.inbox().shut_down = true;
+    fail_all(&mut streams, "the engine has shut down");
+}
+// ANCHOR_END: engine_loop
+
+fn fail_all(streams: &mut HashMap<u64, UnboundedSender<Event>>, message: &str) {
+    for (_, sender) in streams.drain() {
+        let _ = sender.send(Event::Failed {
+            message: message.to_string(),
+        });
+    }
+}

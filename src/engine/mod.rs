@@ -1,0 +1,29 @@
+//! A serving engine: many requests at once over one paged KV pool, with continuous
+//! batching and chunked prefill (book: scheduling.md, §5.1 of the article).
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `request.rs` | the API: requests, sampling, events, policies, submit errors |
+//! | `sequence.rs` | one request inside the engine: tokens, how many are cached, its sampler |
+//! | `scheduler.rs` | which rows run next: the token budget, decodes first, prefill chunks |
+//! | `engine.rs` | one iteration: schedule, preempt, one batched forward pass, sample, retire |
+//! | `handle.rs` | the loop on its own thread; the handle and streams a server uses |
+//! | `metrics.rs` | counters and latency histograms |
+//!
+//! The batched forward pass itself is `src/batch.rs`.
+
+#[allow(clippy::module_inception)]
+mod engine;
+mod handle;
+mod metrics;
+mod request;
+pub mod scheduler;
+mod sequence;
+
+pub use engine::{validate, Engine, RowsRun, StepReport};
+pub use handle::{EngineHandle, RequestStream};
+pub use metrics::{EngineMetrics, Histogram};
+pub use request::{
+    EngineConfig, Event, FinishReason, Policy, Request, SamplingParams, SubmitError,
+};
+pub use sequence::Sequence;

@@ -1,0 +1,166 @@
+//! What a client hands the engine and what it gets back: requests, sampling settings,
+//! events, the policies the scheduler can follow (book: scheduling.md).
+
+use crate::error::Error;
+use serde::{Deserialize, Serialize};
+
+/// How the scheduler forms batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// One request at a time, to completion (the baseline).
+    Sequential,
+    /// A batch is formed from the waiting queue, runs until every member is done, then the next.
+    Static,
+    /// Orca-style: requests join and leave at every iteration; whole prompts prefilled at once.
+    Continuous,
+    /// Continuous + Sarathi-style chunked prefill under the token budget.
+    ContinuousChunked,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 4] = [
+        Policy::Sequential,
+        Policy::Static,
+        Policy::Continuous,
+        Policy::ContinuousChunked,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Sequential => "sequential",
+            Policy::Static => "static",
+            Policy::Continuous => "continuous",
+            Policy::ContinuousChunked => "continuous-chunked",
+        }
+    }
+}
+
+/// How the engine runs: its policy, its per-iteration budget, its KV pool.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub policy: Policy,
+    /// Tokens one iteration may run (decode rows + prefill chunk rows). Default 512.
+    pub max_batch_tokens: usize,
+    /// Largest number of sequences in one iteration. Default 64.
+    pub max_batch_seqs: usize,
+    /// Bytes of the paged KV pool (blocks = budget / block bytes). Default: 2048 tokens' worth x 8.
+    pub kv_budget_bytes: usize,
+    pub block_size: usize,
+    /// Bounded waiting queue: a submit beyond it is refused (`SubmitError::QueueFull`).
+    pub max_waiting: usize,
+    pub prefix_caching: bool,
+    /// Keep the logits of every sampled token in the step report (tests compare them
+    /// bit for bit with a solo run). Off by default: a vocabulary of floats per token.
+    pub capture_logits: bool,
+}
+
+/// SmolLM2-135M's bytes per position (K and V of 30 layers, 3 KV heads of 64, f32).
+const DEFAULT_TOKEN_BYTES: usize = 2 * 30 * 3 * 64 * 4;
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            policy: Policy::ContinuousChunked,
+            max_batch_tokens: 512,
+            max_batch_seqs: 64,
+            kv_budget_bytes: 2048 * 8 * DEFAULT_TOKEN_BYTES,
+            block_size: crate::cache::DEFAULT_BLOCK_SIZE,
+            max_waiting: 256,
+            prefix_caching: true,
+            capture_logits: false,
+        }
+    }
+}
+
+/// How a request picks its tokens. `temperature == 0` is greedy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    pub top_p: f32,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_p: 1.0,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// The sampler settings of `src/sampler.rs` these stand for.
+    pub fn sampler_config(&self) -> crate::sampler::SamplerConfig {
+        crate::sampler::SamplerConfig {
+            temperature: self.temperature,
+            top_k: 0,
+            top_p: self.top_p,
+            seed: self.seed,
+        }
+    }
+}
+
+/// One generation request, already tokenized.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Token ids (the server applies the chat template and tokenizes).
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Generation ends when one of these is sampled (EOS); it is not emitted as a Token.
+    pub stop_ids: Vec<u32>,
+}
+
+/// What a request's stream receives.
+#[derive(Debug, Clone, Serialize)]
+pub enum Event {
+    /// A generated token. The first one ends the prefill (TTFT is measured to it).
+    Token { id: u32 },
+    Finished {
+        reason: FinishReason,
+        prompt_tokens: usize,
+        completion_tokens: usize,
+        cached_prompt_tokens: usize,
+    },
+    /// The request failed inside the engine (its blocks are already freed). One line.
+    Failed { message: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A stop id was sampled.
+    Stop,
+    /// `max_tokens` tokens were generated.
+    Length,
+}
+
+/// Why a request was not accepted.
+#[derive(Debug)]
+pub enum SubmitError {
+    /// The waiting queue is full: the server answers 429 with Retry-After.
+    QueueFull { retry_after_s: u64 },
+    /// The request can never run (prompt + max_tokens over the context or over the whole
+    /// KV pool, empty prompt, token out of range): the server answers 400 with this message.
+    Invalid(Error),
+    /// The engine thread has stopped: 503.
+    ShutDown,
+}
+
+impl std::fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubmitError::QueueFull { retry_after_s } => write!(
+                f,
+                "the engine's waiting queue is full: retry in {retry_after_s} s"
+            ),
+            SubmitError::Invalid(e) => write!(f, "{e}"),
+            SubmitError::ShutDown => write!(f, "the engine has shut down"),
+        }
+    }
+}
+
+impl std::error::Error for SubmitError {}
