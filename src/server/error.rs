@@ -153,6 +153,8 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "invalid_request_error",
-        format!("{method} is not allowed on {uri}: the /v1 generation routes take POST, the others GET"),
+        format!(
+            "{method} is not allowed on {uri}: the /v1 generation routes take POST, the others GET"
+        ),
     )
 }

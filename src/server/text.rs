@@ -36,7 +36,11 @@ impl StopMatcher {
         }
         self.held.push_str(piece);
         // The earliest match of any stop string ends the text.
-        let first = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min();
+        let first = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min();
         if let Some(at) = first {
             self.stopped = true;
             let mut out = std::mem::take(&mut self.held);

@@ -65,9 +65,8 @@ pub fn chat_prompt(tokenizer: &Tokenizer, messages: &[ChatMessage]) -> Result<Ve
                 ))
             }
         };
-        let content = message_text(&m.content).map_err(|why| {
-            ApiError::invalid(&format!("messages[{i}].content"), why)
-        })?;
+        let content = message_text(&m.content)
+            .map_err(|why| ApiError::invalid(&format!("messages[{i}].content"), why))?;
         rendered.push(Message::new(role, &content));
     }
     let text = tokenizer
@@ -111,10 +110,12 @@ pub fn completion_prompt(
         Value::String(text) => tokenizer.encode(text).map_err(|e| bad(e.to_string()))?,
         Value::Array(items) if items.iter().all(Value::is_string) => match items.as_slice() {
             [Value::String(text)] => tokenizer.encode(text).map_err(|e| bad(e.to_string()))?,
-            _ => return Err(bad(format!(
+            _ => {
+                return Err(bad(format!(
                 "a list of {} prompts: kvlab answers one prompt per request, send them one by one",
                 items.len()
-            ))),
+            )))
+            }
         },
         Value::Array(items) => {
             let mut ids = Vec::with_capacity(items.len());
@@ -128,7 +129,11 @@ pub fn completion_prompt(
             }
             ids
         }
-        other => return Err(bad(format!("prompt is {other}: give a string or a list of token ids"))),
+        other => {
+            return Err(bad(format!(
+                "prompt is {other}: give a string or a list of token ids"
+            )))
+        }
     };
     Ok(ids)
 }
@@ -149,7 +154,10 @@ pub fn prepare(
     }
     refuse_unsupported(params)?;
     if prompt.is_empty() {
-        return Err(ApiError::invalid(prompt_param, "the prompt is empty: give at least one token of text"));
+        return Err(ApiError::invalid(
+            prompt_param,
+            "the prompt is empty: give at least one token of text",
+        ));
     }
     let context = model.max_context;
     if prompt.len() >= context {
@@ -185,16 +193,28 @@ pub fn prepare(
     };
     let temperature = params.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
-        return Err(ApiError::invalid("temperature", format!("temperature is {temperature}: give a number from 0 (greedy) to 2")));
+        return Err(ApiError::invalid(
+            "temperature",
+            format!("temperature is {temperature}: give a number from 0 (greedy) to 2"),
+        ));
     }
     let top_p = params.top_p.unwrap_or(1.0);
     if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(ApiError::invalid("top_p", format!("top_p is {top_p}: give a number in (0, 1]")));
+        return Err(ApiError::invalid(
+            "top_p",
+            format!("top_p is {top_p}: give a number in (0, 1]"),
+        ));
     }
-    let include_usage = params.stream_options.as_ref().is_some_and(|o| o.include_usage);
+    let include_usage = params
+        .stream_options
+        .as_ref()
+        .is_some_and(|o| o.include_usage);
     let stream = params.stream.unwrap_or(false);
     if params.stream_options.is_some() && !stream {
-        return Err(ApiError::invalid("stream_options", "stream_options is only allowed with \"stream\": true"));
+        return Err(ApiError::invalid(
+            "stream_options",
+            "stream_options is only allowed with \"stream\": true",
+        ));
     }
     Ok(Prepared {
         request: Request {
@@ -226,16 +246,32 @@ fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(items)) => items
             .iter()
-            .map(|v| v.as_str().map(str::to_string).ok_or_else(|| bad(format!("{v} is not a string: stop is a string or a list of strings"))))
+            .map(|v| {
+                v.as_str().map(str::to_string).ok_or_else(|| {
+                    bad(format!(
+                        "{v} is not a string: stop is a string or a list of strings"
+                    ))
+                })
+            })
             .collect::<Result<_, _>>()?,
-        Some(other) => return Err(bad(format!("stop is {other}: give a string or a list of strings"))),
+        Some(other) => {
+            return Err(bad(format!(
+                "stop is {other}: give a string or a list of strings"
+            )))
+        }
     };
     if list.len() > MAX_STOP_SEQUENCES {
-        return Err(bad(format!("{} stop sequences: give at most {MAX_STOP_SEQUENCES}", list.len())));
+        return Err(bad(format!(
+            "{} stop sequences: give at most {MAX_STOP_SEQUENCES}",
+            list.len()
+        )));
     }
     for s in &list {
         if s.is_empty() || s.len() > MAX_STOP_BYTES {
-            return Err(bad(format!("a stop sequence of {} bytes: each must be 1 to {MAX_STOP_BYTES} bytes", s.len())));
+            return Err(bad(format!(
+                "a stop sequence of {} bytes: each must be 1 to {MAX_STOP_BYTES} bytes",
+                s.len()
+            )));
         }
     }
     Ok(list)
@@ -263,13 +299,19 @@ fn refuse_unsupported(p: &GenerationParams) -> Result<(), ApiError> {
     for (name, value) in unsupported {
         let is_default = match value {
             None | Some(Value::Null) | Some(Value::Bool(false)) => true,
-            Some(Value::Number(n)) => n.as_f64() == Some(0.0) || (name == "best_of" && n.as_u64() == Some(1)),
+            Some(Value::Number(n)) => {
+                n.as_f64() == Some(0.0) || (name == "best_of" && n.as_u64() == Some(1))
+            }
             Some(Value::Object(o)) => o.is_empty(),
             Some(Value::Array(a)) => a.is_empty(),
             Some(Value::String(s)) => s.is_empty(),
+            Some(Value::Bool(true)) => false,
         };
         if !is_default {
-            return Err(ApiError::invalid(name, format!("`{name}` is not supported by kvlab serve: leave it out")));
+            return Err(ApiError::invalid(
+                name,
+                format!("`{name}` is not supported by kvlab serve: leave it out"),
+            ));
         }
     }
     Ok(())
@@ -295,12 +337,33 @@ mod tests {
 
     #[test]
     fn max_tokens_defaults_to_the_room_left_and_refuses_more() {
-        let ok = prepare(&params(r#"{"model":"m"}"#), vec![5; 90], "prompt", &served(), 0).unwrap();
+        let ok = prepare(
+            &params(r#"{"model":"m"}"#),
+            vec![5; 90],
+            "prompt",
+            &served(),
+            0,
+        )
+        .unwrap();
         assert_eq!(ok.request.max_tokens, 10);
-        let err = prepare(&params(r#"{"model":"m","max_tokens":11}"#), vec![5; 90], "prompt", &served(), 0).unwrap_err();
+        let err = prepare(
+            &params(r#"{"model":"m","max_tokens":11}"#),
+            vec![5; 90],
+            "prompt",
+            &served(),
+            0,
+        )
+        .unwrap_err();
         assert_eq!(err.param.as_deref(), Some("max_tokens"));
         assert!(err.message.contains("at most 10"), "{}", err.message);
-        let err = prepare(&params(r#"{"model":"m"}"#), vec![5; 100], "prompt", &served(), 0).unwrap_err();
+        let err = prepare(
+            &params(r#"{"model":"m"}"#),
+            vec![5; 100],
+            "prompt",
+            &served(),
+            0,
+        )
+        .unwrap_err();
         assert_eq!(err.param.as_deref(), Some("prompt"));
     }
 
@@ -318,15 +381,35 @@ mod tests {
             let err = prepare(&params(json), vec![5; 3], "prompt", &served(), 0).unwrap_err();
             assert_eq!(err.param.as_deref(), Some(param), "{json}: {}", err.message);
         }
-        let ok = prepare(&params(r#"{"model":"m","n":1,"logprobs":false,"presence_penalty":0}"#), vec![5; 3], "prompt", &served(), 0);
+        let ok = prepare(
+            &params(r#"{"model":"m","n":1,"logprobs":false,"presence_penalty":0}"#),
+            vec![5; 3],
+            "prompt",
+            &served(),
+            0,
+        );
         assert!(ok.is_ok());
     }
 
     #[test]
     fn ignore_eos_drops_the_stop_ids() {
-        let p = prepare(&params(r#"{"model":"m","ignore_eos":true}"#), vec![5; 3], "prompt", &served(), 0).unwrap();
+        let p = prepare(
+            &params(r#"{"model":"m","ignore_eos":true}"#),
+            vec![5; 3],
+            "prompt",
+            &served(),
+            0,
+        )
+        .unwrap();
         assert!(p.request.stop_ids.is_empty());
-        let p = prepare(&params(r#"{"model":"m"}"#), vec![5; 3], "prompt", &served(), 0).unwrap();
+        let p = prepare(
+            &params(r#"{"model":"m"}"#),
+            vec![5; 3],
+            "prompt",
+            &served(),
+            0,
+        )
+        .unwrap();
         assert_eq!(p.request.stop_ids, vec![2]);
     }
 }

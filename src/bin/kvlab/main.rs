@@ -27,6 +27,7 @@ use cmd::chat::ChatArgs;
 use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
 use cmd::gqa::GqaArgs;
 use cmd::model::{ImportArgs, KvSizeArgs};
+use cmd::serve::{LoadtestArgs, ServeArgs};
 use cmd::speculative::{BenchVerifyArgs, SpecSweepArgs};
 
 #[derive(Parser)]
@@ -77,6 +78,12 @@ enum Command {
     BenchVerify(BenchVerifyArgs),
     /// Speculative decoding over drafters x draft lengths on one prompt: acceptance, speedups.
     SpecSweep(SpecSweepArgs),
+    /// An OpenAI-compatible HTTP server (chat and completions, streamed or not) over the
+    /// batching engine.
+    Serve(ServeArgs),
+    /// A seeded Poisson workload of short and long prompts against a server: TTFT,
+    /// inter-token latency, throughput, every token's arrival time.
+    Loadtest(LoadtestArgs),
 }
 
 fn main() {
@@ -97,6 +104,8 @@ fn main() {
         Command::Gqa(args) => cmd::gqa::gqa(args),
         Command::BenchVerify(args) => cmd::speculative::bench_verify(args),
         Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),
+        Command::Serve(args) => cmd::serve::serve(args),
+        Command::Loadtest(args) => cmd::serve::loadtest(args),
     };
     if let Err(e) = result {
         // One line, whatever the message holds (a path or a tokenizer's text may not).

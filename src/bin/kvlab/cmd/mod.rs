@@ -8,4 +8,5 @@ pub mod chat;
 pub mod generate;
 pub mod gqa;
 pub mod model;
+pub mod serve;
 pub mod speculative;
