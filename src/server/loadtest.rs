@@ -227,7 +227,7 @@ async fn one_request(
         return record;
     }
     let mut bytes = response.bytes_stream();
-    let mut buffer = Vec::new();
+    let mut events = SseReader::default();
     while let Some(chunk) = bytes.next().await {
         let chunk = match chunk {
             Ok(c) => c,
@@ -237,31 +237,25 @@ async fn one_request(
             }
         };
         let now = ms(Instant::now());
-        buffer.extend_from_slice(&chunk);
-        // SSE events end with a blank line; a read may hold several, or half of one.
-        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
-            let event: Vec<u8> = buffer.drain(..end + 2).collect();
-            let text = String::from_utf8_lossy(&event);
-            for data in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
-                if data == "[DONE]" {
-                    return record;
-                }
-                let Ok(value) = serde_json::from_str::<serde_json::Value>(data) else {
-                    continue;
-                };
-                if let Some(error) = value.get("error") {
-                    record.error = Some(error.to_string());
-                }
-                if let Some(n) = value["usage"]["completion_tokens"].as_u64() {
-                    record.completion_tokens = n as usize;
-                }
-                let choice = &value["choices"][0];
-                if choice["text"].as_str().is_some_and(|t| !t.is_empty()) {
-                    record.token_ms.push(now);
-                }
-                if let Some(reason) = choice["finish_reason"].as_str() {
-                    record.finish_reason = Some(reason.to_string());
-                }
+        for data in events.push(&chunk) {
+            if data == "[DONE]" {
+                return record;
+            }
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(&data) else {
+                continue;
+            };
+            if let Some(error) = value.get("error") {
+                record.error = Some(error.to_string());
+            }
+            if let Some(n) = value["usage"]["completion_tokens"].as_u64() {
+                record.completion_tokens = n as usize;
+            }
+            let choice = &value["choices"][0];
+            if choice["text"].as_str().is_some_and(|t| !t.is_empty()) {
+                record.token_ms.push(now);
+            }
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                record.finish_reason = Some(reason.to_string());
             }
         }
     }
@@ -269,6 +263,31 @@ async fn one_request(
         .error
         .get_or_insert_with(|| "the stream ended without [DONE]".into());
     record
+}
+
+/// Splits a response body into the payloads of its SSE `data:` lines. Events end with a
+/// blank line; one read from the socket may hold several events, or half of one.
+#[derive(Debug, Default)]
+pub struct SseReader {
+    buffer: Vec<u8>,
+}
+
+impl SseReader {
+    /// Adds bytes; returns the `data:` payloads of the events they complete.
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.buffer.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+            let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
+            let text = String::from_utf8_lossy(&event);
+            out.extend(
+                text.lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(|d| d.strip_prefix(' ').unwrap_or(d).to_string()),
+            );
+        }
+        out
+    }
 }
 
 fn summarise(
