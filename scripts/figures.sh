@@ -36,6 +36,8 @@ ATTENTION_HEAD=${ATTENTION_HEAD:-0}
 SPEC_DRAFTERS=${SPEC_DRAFTERS:-ngram,early-exit:20,bf16}
 SPEC_DRAFT_LENS=${SPEC_DRAFT_LENS:-1,2,4,8}
 SPEC_NEW=${SPEC_NEW:-48}
+BATCH_CONCURRENCY=${BATCH_CONCURRENCY:-1,2,4,8,16}
+BATCH_NEW=${BATCH_NEW:-32}
 ONLY=${ONLY:-}
 OUT=${OUT:-book/src/figures}
 DATA=$OUT/data
@@ -125,6 +127,9 @@ measure kv_size_smollm2.json -- kv-size --layers 30 --kv-heads 3 --head-dim 64 -
 # (the answer copies the input) and on an open-ended one.
 measure spec_sweep_fix_typos.json -- spec-sweep --model "$MODEL" --prompt-file prompts/fix-typos.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json
 measure spec_sweep_story.json -- spec-sweep --model "$MODEL" --prompt-file prompts/story.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json
+# Serving many requests: tokens/s vs concurrency (continuous batching vs one at a time)
+# and the decode stall while a 1000-token prompt is prefilled whole or in chunks.
+measure bench_batch.json -- bench-batch --model "$MODEL" --concurrency "$BATCH_CONCURRENCY" --max-tokens "$BATCH_NEW" --json
 
 # When, and from which commit (the working tree may differ from it: "+dirty").
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)

@@ -25,6 +25,8 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
         "attention_map",
         "attention_sink",
         "spec_sweep_story",
+        "batch_throughput",
+        "decode_stall",
     ];
     let out = plot(&figures, dir.path());
     assert!(

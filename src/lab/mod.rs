@@ -17,10 +17,12 @@
 //! | [`spec_sweep`] | `kvlab spec-sweep` | speculative.md |
 //! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
 //! | [`gqa`] | `kvlab gqa` | gqa.md |
+//! | [`batching`] | `kvlab bench-batch` | scheduling.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
 pub mod attention_map;
+pub mod batching;
 pub mod bench;
 pub mod cache_bench;
 pub mod capacity;

@@ -21,6 +21,7 @@ mod print;
 
 use clap::{Parser, Subcommand};
 use cmd::attention::AttentionMapArgs;
+use cmd::batch::BenchBatchArgs;
 use cmd::bench::{BenchArgs, BenchCacheArgs};
 use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
@@ -78,6 +79,9 @@ enum Command {
     BenchVerify(BenchVerifyArgs),
     /// Speculative decoding over drafters x draft lengths on one prompt: acceptance, speedups.
     SpecSweep(SpecSweepArgs),
+    /// Serving many requests: output tokens/s vs concurrency (continuous batching vs one
+    /// at a time), and the decode stall with and without chunked prefill.
+    BenchBatch(BenchBatchArgs),
     /// An OpenAI-compatible HTTP server (chat and completions, streamed or not) over the
     /// batching engine.
     Serve(ServeArgs),
@@ -104,6 +108,7 @@ fn main() {
         Command::Gqa(args) => cmd::gqa::gqa(args),
         Command::BenchVerify(args) => cmd::speculative::bench_verify(args),
         Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),
+        Command::BenchBatch(args) => cmd::batch::bench_batch(args),
         Command::Serve(args) => cmd::serve::serve(args),
         Command::Loadtest(args) => cmd::serve::loadtest(args),
     };

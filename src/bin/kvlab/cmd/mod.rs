@@ -2,6 +2,7 @@
 //! `print/`.
 
 pub mod attention;
+pub mod batch;
 pub mod bench;
 pub mod cache;
 pub mod chat;

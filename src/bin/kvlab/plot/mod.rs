@@ -7,10 +7,12 @@
 //! the library only measures. One file per family of figures: `timing.rs` (bench,
 //! compare, roofline), `memory.rs` (KV bytes, layouts, capacity, prefix, multi-turn),
 //! `attention.rs` (the attention map and the attention sink), `speculative.rs` (speedup
-//! and acceptance against the draft length); `chart.rs` is the shared
+//! and acceptance against the draft length), `batching.rs` (serving: throughput against
+//! concurrency, the decode stall); `chart.rs` is the shared
 //! line chart.
 
 mod attention;
+mod batching;
 pub mod chart;
 mod memory;
 mod speculative;
@@ -111,6 +113,16 @@ const FIGURES: &[Figure] = &[
         name: "spec_sweep_story",
         inputs: &["spec_sweep_story.json"],
         draw: speculative::spec_sweep_story,
+    },
+    Figure {
+        name: "batch_throughput",
+        inputs: &["bench_batch.json"],
+        draw: batching::batch_throughput,
+    },
+    Figure {
+        name: "decode_stall",
+        inputs: &["bench_batch.json"],
+        draw: batching::decode_stall,
     },
 ];
 

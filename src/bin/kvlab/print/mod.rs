@@ -11,8 +11,10 @@ use kvlab::lab::compare::Comparison;
 use kvlab::lab::shared_prompt::PrefixReport;
 use kvlab::lab::trace::TraceRow;
 
+mod batching;
 mod serving;
 mod speculative;
+pub use batching::batching;
 pub use serving::loadtest;
 pub use speculative::{spec_comparison, spec_summary, spec_sweep, verify_cost};
 

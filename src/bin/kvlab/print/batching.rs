@@ -1,0 +1,68 @@
+//! `kvlab bench-batch`'s tables.
+
+use kvlab::lab::batching::BatchingReport;
+
+pub fn batching(r: &BatchingReport) {
+    let o = &r.options;
+    outln!(
+        "kvlab bench-batch — {} on {}: {} greedy requests of {} prompt + {} new tokens, one at a time (sequential) vs all at once (continuous batching)",
+        r.model,
+        r.machine,
+        o.concurrency.iter().map(|c| c.to_string()).collect::<Vec<_>>().join("/"),
+        o.prompt_len,
+        o.max_tokens
+    );
+    outln!(
+        "roof: {:.0} MB of weights per pass / {:.1} GB/s measured = {:.1} ms per decode step, however many rows",
+        r.weight_bytes / 1e6,
+        r.bandwidth_bytes_s / 1e9,
+        r.roof_step_ms
+    );
+    outln!(
+        "{:>8} {:>15} {:>15} {:>8} {:>16} {:>10}",
+        "requests",
+        "sequential t/s",
+        "continuous t/s",
+        "speedup",
+        "decode iter ms",
+        "same tokens"
+    );
+    for p in &r.points {
+        outln!(
+            "{:>8} {:>15.1} {:>15.1} {:>7.2}x {:>16.1} {:>10}",
+            p.concurrency,
+            p.sequential_tok_s,
+            p.continuous_tok_s,
+            p.speedup,
+            p.decode_iteration_ms,
+            if p.tokens_identical { "yes" } else { "NO" }
+        );
+    }
+    outln!(
+        "decode stall: {} requests decoding when a {}-token prompt arrives, token budget {}",
+        o.running,
+        o.long_prompt,
+        o.stall_budget
+    );
+    outln!(
+        "{:>20} {:>10} {:>12} {:>12} {:>12} {:>16}",
+        "policy",
+        "iterations",
+        "p50 ITL ms",
+        "p99 ITL ms",
+        "max ITL ms",
+        "long TTFT ms"
+    );
+    for s in &r.stall {
+        outln!(
+            "{:>20} {:>10} {:>12.1} {:>12.1} {:>12.1} {:>16.1}",
+            s.policy.name(),
+            s.iterations.len(),
+            s.p50_itl_ms,
+            s.p99_itl_ms,
+            s.max_itl_ms,
+            s.long_ttft_ms
+        );
+    }
+    outln!("(ITL: gaps between the running requests' tokens; --json has every iteration's time and rows)");
+}

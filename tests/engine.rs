@@ -1,0 +1,426 @@
+//! The serving engine (src/engine/) against solo runs: every request's tokens and the
+//! logits they were sampled from equal what `generate` gives it alone, bit for bit,
+//! whatever the policy, the token budget, the arrival times, the pool size (preemption)
+//! and the other requests. Then the scheduler's promises one by one: the budget, no
+//! starvation, preemption, cancellation, the bounded queue, requests that can never fit.
+
+mod common;
+
+use common::{bits, cached_step_logits, real_model_present, tiny_config, MODEL_DIR};
+use kvlab::backend::generate;
+use kvlab::engine::{
+    Engine, EngineConfig, EngineHandle, Event, FinishReason, Policy, Request, SamplingParams,
+    StepReport, SubmitError,
+};
+use kvlab::generate::{GenerateOptions, PathKind};
+use kvlab::{Config, Model};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What the engine produced for one request.
+#[derive(Default, Debug)]
+struct Outcome {
+    tokens: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+    finish: Option<FinishReason>,
+}
+
+/// `request` alone: its tokens (the stop id, if sampled, removed: the engine does not
+/// emit it) and the logits each token was sampled from.
+fn solo(model: &Model, request: &Request) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let opts = GenerateOptions {
+        max_new_tokens: request.max_tokens,
+        path: PathKind::Cached,
+        sampler: request.sampling.sampler_config(),
+        eos_ids: request.stop_ids.clone(),
+    };
+    let generated = generate(model, &request.prompt, &opts, |_| {})
+        .unwrap()
+        .generated_ids;
+    let fed = &generated[..generated.len() - 1];
+    let logits = cached_step_logits(model, &request.prompt, fed);
+    let mut tokens = generated.clone();
+    if tokens.last().is_some_and(|t| request.stop_ids.contains(t)) {
+        tokens.pop();
+    }
+    (tokens, logits)
+}
+
+/// Runs the engine until it is idle, adding `arrivals[i] = (step, request)` at its step.
+/// Checks the budget and the pool's invariants after every iteration. The outcomes are
+/// keyed by `i`, the index in `arrivals`.
+fn run(
+    engine: &mut Engine,
+    arrivals: Vec<(usize, Request)>,
+) -> (HashMap<u64, Outcome>, Vec<StepReport>) {
+    let mut outcomes: HashMap<u64, Outcome> = HashMap::new();
+    let mut reports = Vec::new();
+    let mut pending: Vec<(usize, usize, Request)> = (arrivals.into_iter().enumerate())
+        .map(|(i, (step, request))| (step, i, request))
+        .collect();
+    pending.sort_by_key(|(step, i, _)| (*step, *i));
+    let mut pending = pending.into_iter().peekable();
+    let mut index_of = HashMap::new(); // engine id -> index in `arrivals`
+    for step in 0.. {
+        assert!(step < 100_000, "the engine never finished: starvation");
+        while let Some((_, i, request)) = pending.next_if(|(s, _, _)| *s <= step) {
+            let id = engine.add(request).unwrap();
+            index_of.insert(id, i as u64);
+            outcomes.insert(i as u64, Outcome::default());
+        }
+        if !engine.has_work() {
+            if pending.peek().is_none() {
+                break;
+            }
+            continue;
+        }
+        let report = engine.step().unwrap();
+        let budget = engine.config().max_batch_tokens;
+        let prefills = report.rows.iter().filter(|r| r.rows > 1).count();
+        if engine.config().policy == Policy::ContinuousChunked || prefills == 0 {
+            assert!(
+                report.n_rows() <= budget,
+                "{} rows > budget {budget}",
+                report.n_rows()
+            );
+        }
+        assert!(report.rows.len() <= engine.config().max_batch_seqs);
+        engine.cache().check_invariants().unwrap();
+        for (id, logits) in &report.logits {
+            outcomes
+                .get_mut(&index_of[id])
+                .unwrap()
+                .logits
+                .push(logits.clone());
+        }
+        for (id, event) in &report.events {
+            let o = outcomes.get_mut(&index_of[id]).unwrap();
+            match event {
+                Event::Token { id } => o.tokens.push(*id),
+                Event::Finished { reason, .. } => o.finish = Some(*reason),
+                Event::Failed { message } => panic!("request {id} failed: {message}"),
+            }
+        }
+        reports.push(report);
+    }
+    (outcomes, reports)
+}
+
+fn config_strategy() -> impl Strategy<Value = Config> {
+    (1usize..=2, 1usize..=2, 1usize..=2, 1usize..=2, 16usize..=64).prop_map(
+        |(layers, n_kv_heads, group, half_head, vocab)| {
+            tiny_config(layers, n_kv_heads * group, n_kv_heads, 4 * half_head, vocab)
+        },
+    )
+}
+
+fn policy_strategy() -> impl Strategy<Value = Policy> {
+    prop::sample::select(Policy::ALL.to_vec())
+}
+
+fn engine_config(
+    model: &Model,
+    policy: Policy,
+    budget: usize,
+    blocks: usize,
+    bs: usize,
+) -> EngineConfig {
+    EngineConfig {
+        policy,
+        max_batch_tokens: budget,
+        max_batch_seqs: 6,
+        kv_budget_bytes: blocks * kvlab::cache::paged::BlockPool::block_bytes(&model.config, bs),
+        block_size: bs,
+        max_waiting: 1000,
+        prefix_caching: true,
+        capture_logits: true,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random requests arriving at random iterations, any policy, any budget, a pool
+    /// from roomy to barely one request (preemptions): every request's tokens and
+    /// logits equal its solo run, bitwise, and every request finishes.
+    #[test]
+    fn every_request_gets_its_solo_tokens_and_logits(
+        config in config_strategy(),
+        seed in any::<u64>(),
+        policy in policy_strategy(),
+        budget in 1usize..48,
+        bs in 1usize..9,
+        extra_blocks in 0usize..30,
+        requests in prop::collection::vec(
+            (0usize..12, 1usize..30, 1usize..12, any::<bool>(), any::<u64>(), any::<bool>()),
+            1..8,
+        ),
+    ) {
+        let model = Arc::new(Model::random(config, seed).unwrap());
+        let vocab = model.config.vocab_size as u64;
+        let shared: Vec<u32> = (0..16).map(|i| (i * 5 % vocab) as u32).collect();
+        let arrivals: Vec<(usize, Request)> = requests
+            .iter()
+            .map(|&(at, len, max_tokens, sampled, rseed, share)| {
+                let mut prompt: Vec<u32> = if share { shared[..len.min(16)].to_vec() } else { vec![] };
+                let mut r = kvlab::rng::Rng::new(rseed);
+                prompt.extend((prompt.len()..len).map(|_| (r.next_u64() % vocab) as u32));
+                let request = Request {
+                    prompt,
+                    max_tokens,
+                    sampling: SamplingParams {
+                        temperature: if sampled { 0.8 } else { 0.0 },
+                        top_p: if sampled { 0.9 } else { 1.0 },
+                        seed: rseed,
+                    },
+                    stop_ids: vec![(rseed % vocab) as u32],
+                };
+                (at, request)
+            })
+            .collect();
+        // The largest request must fit alone; `extra_blocks` more make room for others.
+        let need = arrivals
+            .iter()
+            .map(|(_, r)| (r.prompt.len() + r.max_tokens - 1).div_ceil(bs))
+            .max()
+            .unwrap();
+        let config = engine_config(&model, policy, budget, need + extra_blocks, bs);
+        let mut engine = Engine::new(model.clone(), config).unwrap();
+        let expected: Vec<(Vec<u32>, Vec<Vec<f32>>)> =
+            arrivals.iter().map(|(_, r)| solo(&model, r)).collect();
+        let (outcomes, _) = run(&mut engine, arrivals);
+        for (id, (tokens, logits)) in expected.iter().enumerate() {
+            let got = &outcomes[&(id as u64)];
+            prop_assert!(got.finish.is_some(), "request {} did not finish", id);
+            prop_assert_eq!(&got.tokens, tokens, "request {} tokens", id);
+            prop_assert_eq!(bits(&got.logits), bits(&logits[..got.logits.len()]), "request {} logits", id);
+            prop_assert_eq!(got.logits.len(), tokens.len() + (got.finish == Some(FinishReason::Stop)) as usize);
+        }
+        let stats = engine.cache().stats();
+        prop_assert_eq!(stats.used, 0, "blocks still held after every request finished");
+    }
+}
+
+fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
+    Request {
+        prompt,
+        max_tokens,
+        sampling: SamplingParams::default(),
+        stop_ids: vec![],
+    }
+}
+
+fn tiny_model() -> Arc<Model> {
+    Arc::new(Model::random(tiny_config(2, 4, 2, 8, 64), 11).unwrap())
+}
+
+/// A 100-token prompt arriving among running decodes, budget 16: every iteration runs
+/// at most 16 rows, the decodes run in every iteration (no stall), the prompt in chunks.
+#[test]
+fn chunked_prefill_respects_the_budget_and_never_stalls_decodes() {
+    let model = tiny_model();
+    let mut config = engine_config(&model, Policy::ContinuousChunked, 16, 200, 4);
+    config.capture_logits = false;
+    let mut engine = Engine::new(model, config).unwrap();
+    let decoders: Vec<(usize, Request)> =
+        (0..4).map(|i| (0, greedy(vec![i + 1, 2, 3], 40))).collect();
+    let long: Vec<u32> = (0..100).map(|i| i % 64).collect();
+    let mut arrivals = decoders;
+    arrivals.push((3, greedy(long, 5)));
+    let (outcomes, reports) = run(&mut engine, arrivals);
+    assert!(outcomes.values().all(|o| o.finish.is_some()));
+    let chunks: Vec<usize> = reports
+        .iter()
+        .flat_map(|r| r.rows.iter().filter(|row| row.id == 4 && row.rows > 1)) // id 4: added last
+        .map(|row| row.rows)
+        .collect();
+    assert!(chunks.len() >= 7, "the prompt ran in {chunks:?}");
+    for r in reports
+        .iter()
+        .filter(|r| r.rows.iter().any(|row| row.id == 4 && row.rows > 1))
+    {
+        assert_eq!(
+            r.rows.iter().filter(|row| row.rows == 1).count(),
+            4,
+            "a decode stalled"
+        );
+        assert!(r.n_rows() <= 16);
+    }
+}
+
+/// A pool that holds one long request at a time and three requests that grow: the
+/// youngest is preempted (recomputed), and every one still gets its solo tokens.
+#[test]
+fn preemption_by_recompute_keeps_the_tokens() {
+    let model = tiny_model();
+    let requests: Vec<Request> = (0..3)
+        .map(|i| greedy((0..10).map(|j| (i * 13 + j) % 64).collect(), 30))
+        .collect();
+    // 39 positions = 10 blocks of 4 for one request; 16 blocks cannot hold three.
+    let config = engine_config(&model, Policy::Continuous, 64, 16, 4);
+    let mut engine = Engine::new(model.clone(), config).unwrap();
+    let expected: Vec<_> = requests.iter().map(|r| solo(&model, r)).collect();
+    let (outcomes, reports) = run(&mut engine, requests.into_iter().map(|r| (0, r)).collect());
+    assert!(
+        engine.metrics().preemptions > 0,
+        "the pool was big enough: no preemption"
+    );
+    assert!(reports.iter().any(|r| !r.preempted.is_empty()));
+    for (id, (tokens, logits)) in expected.iter().enumerate() {
+        assert_eq!(&outcomes[&(id as u64)].tokens, tokens);
+        assert_eq!(bits(&outcomes[&(id as u64)].logits), bits(logits));
+    }
+}
+
+#[test]
+fn cancellation_returns_every_block() {
+    let model = tiny_model();
+    let config = engine_config(&model, Policy::ContinuousChunked, 8, 100, 4);
+    let mut engine = Engine::new(model, config).unwrap();
+    let ids: Vec<u64> = (0..4)
+        .map(|i| {
+            engine
+                .add(greedy(vec![i, 1, 2, 3, 4, 5, 6, 7, 8, 9], 50))
+                .unwrap()
+        })
+        .collect();
+    for _ in 0..5 {
+        engine.step().unwrap();
+    }
+    assert!(engine.cache().stats().used > 0);
+    for id in ids {
+        engine.cancel(id);
+    }
+    let report = engine.step().unwrap();
+    assert_eq!(report.cancelled.len(), 4);
+    assert!(!engine.has_work());
+    engine.cache().check_invariants().unwrap();
+    assert_eq!(engine.cache().stats().used, 0);
+    assert_eq!(engine.metrics().requests_cancelled, 4);
+}
+
+#[test]
+fn a_full_queue_refuses_and_an_impossible_request_is_invalid() {
+    let model = tiny_model();
+    let mut config = engine_config(&model, Policy::Continuous, 64, 10, 4);
+    config.max_waiting = 2;
+    let mut engine = Engine::new(model, config).unwrap();
+    engine.add(greedy(vec![1, 2], 3)).unwrap();
+    engine.add(greedy(vec![1, 2], 3)).unwrap();
+    assert!(matches!(
+        engine.add(greedy(vec![1, 2], 3)),
+        Err(SubmitError::QueueFull { .. })
+    ));
+    // 10 blocks of 4 = 40 positions: 30 + 20 never fit.
+    let err = engine.add(greedy(vec![1; 30], 20)).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, SubmitError::Invalid(_)), "{message}");
+    assert!(
+        message.contains("KV blocks") && !message.contains('\n'),
+        "{message}"
+    );
+    for bad in [greedy(vec![], 3), greedy(vec![99], 3), greedy(vec![1], 0)] {
+        assert!(matches!(engine.add(bad), Err(SubmitError::Invalid(_))));
+    }
+}
+
+/// The threaded handle: concurrent streams, each its solo tokens; a dropped stream
+/// is cancelled; shutdown fails later submits.
+#[test]
+fn the_handle_streams_tokens_and_cancels_on_drop() {
+    let model = tiny_model();
+    let config = engine_config(&model, Policy::ContinuousChunked, 32, 100, 4);
+    let handle = EngineHandle::spawn(model.clone(), config).unwrap();
+    let requests: Vec<Request> = (0..5).map(|i| greedy(vec![i, 7, 9, 11], 12)).collect();
+    let mut streams: Vec<_> = requests
+        .iter()
+        .map(|r| handle.submit(r.clone()).unwrap())
+        .collect();
+    let dropped = handle.submit(greedy(vec![3; 20], 60)).unwrap();
+    drop(dropped);
+    for (stream, request) in streams.iter_mut().zip(&requests) {
+        let mut tokens = Vec::new();
+        let mut finished = None;
+        while let Some(event) = stream.blocking_next() {
+            match event {
+                Event::Token { id } => tokens.push(id),
+                Event::Finished {
+                    reason,
+                    completion_tokens,
+                    ..
+                } => {
+                    assert_eq!(completion_tokens, tokens.len());
+                    finished = Some(reason);
+                }
+                Event::Failed { message } => panic!("{message}"),
+            }
+        }
+        assert_eq!(finished, Some(FinishReason::Length));
+        assert_eq!(tokens, solo(&model, request).0);
+    }
+    drop(streams);
+    // The cancellation and the retirements reach the metrics within a few iterations.
+    let mut metrics = handle.metrics();
+    for _ in 0..200 {
+        if metrics.requests_finished == 5 && metrics.kv_blocks_used == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        metrics = handle.metrics();
+    }
+    assert_eq!(metrics.requests_finished, 5);
+    assert_eq!(metrics.kv_blocks_used, 0);
+    assert!(metrics.ttft_seconds.count >= 5);
+    handle.shutdown();
+    let mut refused = false;
+    for _ in 0..200 {
+        if matches!(
+            handle.submit(greedy(vec![1], 1)),
+            Err(SubmitError::ShutDown)
+        ) {
+            refused = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(refused, "submit after shutdown was accepted");
+}
+
+/// The real model: 8 concurrent greedy requests through the continuous engine, each
+/// with the tokens `generate` gives it alone.
+#[test]
+fn real_model_eight_concurrent_requests_equal_solo_generate() {
+    if !real_model_present() {
+        return;
+    }
+    let model = Arc::new(kvlab::loader::load_model(std::path::Path::new(MODEL_DIR)).unwrap());
+    let prompts: Vec<Vec<u32>> = (0..8u32)
+        .map(|i| {
+            (0..6 + 3 * i)
+                .map(|j| 100 + (i * 31 + j * 17) % 5000)
+                .collect()
+        })
+        .collect();
+    let requests: Vec<Request> = prompts.into_iter().map(|p| greedy(p, 12)).collect();
+    let config = EngineConfig {
+        policy: Policy::ContinuousChunked,
+        max_batch_tokens: 32,
+        capture_logits: true,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(model.clone(), config).unwrap();
+    let expected: Vec<_> = requests.iter().map(|r| solo(&model, r)).collect();
+    let (outcomes, reports) = run(&mut engine, requests.into_iter().map(|r| (0, r)).collect());
+    assert!(reports
+        .iter()
+        .any(|r| r.rows.iter().filter(|row| row.rows == 1).count() >= 8));
+    for (id, (tokens, logits)) in expected.iter().enumerate() {
+        assert_eq!(&outcomes[&(id as u64)].tokens, tokens, "request {id}");
+        assert_eq!(
+            bits(&outcomes[&(id as u64)].logits),
+            bits(logits),
+            "request {id}"
+        );
+    }
+}
