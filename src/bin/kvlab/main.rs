@@ -28,7 +28,7 @@ use cmd::chat::ChatArgs;
 use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
 use cmd::gqa::GqaArgs;
 use cmd::model::{ImportArgs, KvSizeArgs};
-use cmd::serve::{LoadtestArgs, ServeArgs};
+use cmd::serve::{LoadtestArgs, LoadtestTableArgs, ServeArgs};
 use cmd::speculative::{BenchVerifyArgs, SpecSweepArgs};
 
 #[derive(Parser)]
@@ -88,6 +88,8 @@ enum Command {
     /// A seeded Poisson workload of short and long prompts against a server: TTFT,
     /// inter-token latency, throughput, every token's arrival time.
     Loadtest(LoadtestArgs),
+    /// The scheduling policies side by side, from saved `kvlab loadtest --json` reports.
+    LoadtestTable(LoadtestTableArgs),
 }
 
 fn main() {
@@ -111,6 +113,7 @@ fn main() {
         Command::BenchBatch(args) => cmd::batch::bench_batch(args),
         Command::Serve(args) => cmd::serve::serve(args),
         Command::Loadtest(args) => cmd::serve::loadtest(args),
+        Command::LoadtestTable(args) => cmd::serve::loadtest_table(args),
     };
     if let Err(e) = result {
         // One line, whatever the message holds (a path or a tokenizer's text may not).

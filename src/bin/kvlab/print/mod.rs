@@ -15,7 +15,7 @@ mod batching;
 mod serving;
 mod speculative;
 pub use batching::batching;
-pub use serving::loadtest;
+pub use serving::{loadtest, loadtest_table};
 pub use speculative::{spec_comparison, spec_summary, spec_sweep, verify_cost};
 
 /// `--json`: the report as one pretty-printed JSON object.

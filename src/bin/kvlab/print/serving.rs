@@ -1,6 +1,8 @@
-//! `kvlab loadtest`'s table.
+//! `kvlab loadtest`'s summary and `kvlab loadtest-table`'s comparison of policies.
 
+use kvlab::error::{Error, Result};
 use kvlab::server::loadtest::LoadtestReport;
+use serde_json::Value;
 
 pub fn loadtest(r: &LoadtestReport) {
     outln!(
@@ -38,4 +40,47 @@ pub fn loadtest(r: &LoadtestReport) {
             p.samples
         );
     }
+}
+
+/// One markdown row per saved report (the book includes the output as it is).
+pub fn loadtest_table(reports: &[Value]) -> Result<()> {
+    let num = |r: &Value, path: &[&str]| -> Result<f64> {
+        let mut v = r;
+        for key in path {
+            v = &v[*key];
+        }
+        v.as_f64().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "a report has no number at {}: regenerate it with kvlab loadtest --json",
+                path.join(".")
+            ))
+        })
+    };
+    let first = reports.first().ok_or_else(|| Error::InvalidArgument("no reports".into()))?;
+    outln!(
+        "{} requests, Poisson arrivals at {}/s, seed {}; milliseconds except where noted",
+        num(first, &["requests"])?,
+        num(first, &["rate"])?,
+        num(first, &["seed"])?
+    );
+    outln!();
+    outln!("| policy | done | req/s | out tok/s | TTFT p50 | TTFT p99 | short TTFT p99 | ITL p50 | ITL p99 | ITL max |");
+    outln!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in reports {
+        outln!(
+            "| {} | {}/{} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            r["policy"].as_str().unwrap_or("?"),
+            num(r, &["completed"])?,
+            num(r, &["requests"])?,
+            num(r, &["requests_per_s"])?,
+            num(r, &["output_tokens_per_s"])?,
+            num(r, &["ttft_ms", "p50"])?,
+            num(r, &["ttft_ms", "p99"])?,
+            num(r, &["short_ttft_ms", "p99"])?,
+            num(r, &["inter_token_ms", "p50"])?,
+            num(r, &["inter_token_ms", "p99"])?,
+            num(r, &["inter_token_ms", "max"])?,
+        );
+    }
+    Ok(())
 }
