@@ -129,7 +129,7 @@ measure spec_sweep_fix_typos.json -- spec-sweep --model "$MODEL" --prompt-file p
 measure spec_sweep_story.json -- spec-sweep --model "$MODEL" --prompt-file prompts/story.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json
 # Serving many requests: tokens/s vs concurrency (continuous batching vs one at a time)
 # and the decode stall while a 1000-token prompt is prefilled whole or in chunks.
-measure bench_batch.json -- bench-batch --model "$MODEL" --concurrency "$BATCH_CONCURRENCY" --max-tokens "$BATCH_NEW" --json
+measure batching.json -- bench-batch --model "$MODEL" --concurrency "$BATCH_CONCURRENCY" --max-tokens "$BATCH_NEW" --json
 
 # kvlab serve under each scheduling policy, one seeded workload over HTTP (book: serving.md):
 # writes loadtest_<policy>.json and .cmd for the table (`kvlab loadtest-table`) and the

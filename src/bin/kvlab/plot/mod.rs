@@ -117,12 +117,12 @@ const FIGURES: &[Figure] = &[
     },
     Figure {
         name: "batch_throughput",
-        inputs: &["bench_batch.json"],
+        inputs: &["batching.json"],
         draw: batching::batch_throughput,
     },
     Figure {
         name: "decode_stall",
-        inputs: &["bench_batch.json"],
+        inputs: &["batching.json"],
         draw: batching::decode_stall,
     },
     Figure {
