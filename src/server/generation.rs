@@ -103,7 +103,6 @@ impl<'t> Generation<'t> {
             }
         }
     }
-    // ANCHOR_END: generation
 
     fn push_text(&mut self, text: String) {
         if !text.is_empty() {
@@ -124,3 +123,4 @@ impl<'t> Generation<'t> {
         });
     }
 }
+// ANCHOR_END: generation

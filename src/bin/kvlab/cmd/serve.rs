@@ -219,17 +219,25 @@ pub struct LoadtestTableArgs {
 pub fn loadtest_table(args: LoadtestTableArgs) -> Result<()> {
     let mut reports = Vec::new();
     for path in &args.files {
-        let text = kvlab::limits::read_text_capped(path, kvlab::limits::MAX_JSON_BYTES, "load-test report")?;
-        let report: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::InvalidFile {
-            path: path.clone(),
-            msg: format!("not a kvlab loadtest --json report: {e}"),
-        })?;
+        let text = kvlab::limits::read_text_capped(
+            path,
+            kvlab::limits::MAX_JSON_BYTES,
+            "load-test report",
+        )?;
+        let report: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::InvalidFile {
+                path: path.clone(),
+                msg: format!("not a kvlab loadtest --json report: {e}"),
+            })?;
         reports.push(report);
     }
     // The policies in the order the chapter introduces them; unknown ones last.
     let rank = |r: &serde_json::Value| {
         let name = r["policy"].as_str().unwrap_or("");
-        Policy::ALL.iter().position(|p| p.name() == name).unwrap_or(Policy::ALL.len())
+        Policy::ALL
+            .iter()
+            .position(|p| p.name() == name)
+            .unwrap_or(Policy::ALL.len())
     };
     reports.sort_by_key(rank);
     print::loadtest_table(&reports)

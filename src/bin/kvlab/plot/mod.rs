@@ -127,7 +127,10 @@ const FIGURES: &[Figure] = &[
     },
     Figure {
         name: "loadtest_stalls",
-        inputs: &["loadtest_continuous.json", "loadtest_continuous_chunked.json"],
+        inputs: &[
+            "loadtest_continuous.json",
+            "loadtest_continuous_chunked.json",
+        ],
         draw: serving::loadtest_stalls,
     },
 ];

@@ -21,7 +21,10 @@ pub fn loadtest_stalls(data: &Data) -> DrawResult<(String, String)> {
     let mut workload = String::new();
     for (file, color) in RUNS {
         let report = data.json(file)?;
-        let policy = field(&report, "policy")?.as_str().unwrap_or("?").to_string();
+        let policy = field(&report, "policy")?
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
         // (arrival of a token in s, its gap to the previous token of its request in ms)
         let mut gaps = Vec::new();
         for request in array(&report, "per_request")? {

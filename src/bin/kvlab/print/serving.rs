@@ -56,7 +56,9 @@ pub fn loadtest_table(reports: &[Value]) -> Result<()> {
             ))
         })
     };
-    let first = reports.first().ok_or_else(|| Error::InvalidArgument("no reports".into()))?;
+    let first = reports
+        .first()
+        .ok_or_else(|| Error::InvalidArgument("no reports".into()))?;
     outln!(
         "{} requests, Poisson arrivals at {}/s, seed {}; milliseconds except where noted",
         num(first, &["requests"])?,
