@@ -4,8 +4,9 @@
 //! Reading order: [`ops`] (the kernels) → [`attention`] → [`cache`] (where K and V
 //! live: [`cache::PreallocatedCache`] first, then growable, paged, prefix-shared) →
 //! [`model`] (the forward pass) → [`generate`] (the loop and its timings) →
-//! [`backend`] (which decoder runs where) → [`chat`]. The experiments that measure all
-//! this are in [`lab`].
+//! [`backend`] (which decoder runs where) → [`chat`] → [`batch`] (one pass over many
+//! sequences) → [`engine`] (serving many requests: continuous batching, chunked
+//! prefill). The experiments that measure all this are in [`lab`].
 //!
 //! **The library computes and returns `Serialize` reports; the binary prints.** Nothing
 //! under `src/` outside `src/bin/` parses command lines or writes tables: the `kvlab`
