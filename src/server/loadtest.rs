@@ -108,6 +108,15 @@ pub struct LoadtestReport {
 // ANCHOR: run
 /// Runs the workload against `config.url` and measures it.
 pub async fn run(config: &LoadtestConfig) -> Result<LoadtestReport> {
+    // Arrivals are timers: a rate near 0 would set them centuries ahead (and overflow).
+    if !(config.rate.is_finite() && (0.001..=10_000.0).contains(&config.rate))
+        || config.requests == 0
+    {
+        return Err(Error::InvalidArgument(format!(
+            "a load test needs at least one request and a rate between 0.001 and 10000 per second, not {} at {}",
+            config.requests, config.rate
+        )));
+    }
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(config.timeout_s))
         .build()

@@ -3,7 +3,7 @@
 //! generator live in the library (`kvlab::server`).
 
 use crate::args::DEFAULT_MODEL;
-use crate::checks::at_least;
+use crate::checks::{at_least, in_range};
 use crate::print;
 use clap::{Args, ValueEnum};
 use kvlab::engine::{EngineConfig, Policy};
@@ -184,10 +184,18 @@ pub struct LoadtestArgs {
 }
 
 pub fn loadtest(args: LoadtestArgs) -> Result<()> {
-    at_least("--requests", args.requests, 1)?;
-    if !(args.rate.is_finite() && args.rate > 0.0) {
+    // Every request is planned (and its prompt held) up front: bound the count.
+    in_range(
+        "--requests",
+        args.requests,
+        1,
+        100_000,
+        "requests planned up front",
+    )?;
+    // A rate near 0 would plan arrivals centuries away (and overflow the timers).
+    if !(args.rate.is_finite() && (0.001..=10_000.0).contains(&args.rate)) {
         return Err(Error::InvalidArgument(format!(
-            "--rate {}: give a positive number of requests per second",
+            "--rate {}: give requests per second between 0.001 and 10000",
             args.rate
         )));
     }
