@@ -3,8 +3,9 @@
 //!
 //! What must hold: greedy answers are exactly `kvlab generate`'s, streamed or not; every
 //! bad request gets a 4xx with an OpenAI-style error body and the server keeps serving;
-//! a client that hangs up mid-stream frees every KV block its request held; a full
-//! queue answers 429 with Retry-After while every admitted request completes.
+//! a client that hangs up (mid-stream, or waiting for a whole answer) frees every KV block
+//! its request held; a full queue answers 429 with Retry-After while every admitted
+//! request completes.
 
 mod common;
 
@@ -425,7 +426,7 @@ async fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_hangs_up_mid_stream_frees_every_block() {
+async fn a_client_that_hangs_up_frees_every_block() {
     if !real_model_present() {
         return;
     }
@@ -467,6 +468,24 @@ async fn a_client_that_hangs_up_mid_stream_frees_every_block() {
         total,
         "every block is free again"
     );
+    assert_eq!(server.metric("kvlab_requests_finished_total").await, 0.0);
+
+    // A client of a whole (non-streamed) answer that gives up: hyper drops the handler,
+    // and with it the request.
+    let mut whole = body.clone();
+    whole["stream"] = json!(false);
+    let gave_up = server
+        .client
+        .post(server.url("/v1/completions"))
+        .json(&whole)
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "2000 tokens cannot come back in 3 s");
+    server
+        .wait_for_metric("kvlab_requests_cancelled_total", 2.0)
+        .await;
+    server.wait_for_metric("kvlab_kv_blocks_used", 0.0).await;
     assert_eq!(server.metric("kvlab_requests_finished_total").await, 0.0);
     // And the server goes on.
     let (status, value) = server
