@@ -362,7 +362,7 @@ fn the_handle_streams_tokens_and_cancels_on_drop() {
     drop(streams);
     // The cancellation and the retirements reach the metrics within a few iterations.
     let mut metrics = handle.metrics();
-    for _ in 0..200 {
+    for _ in 0..1000 {
         if metrics.requests_finished == 5 && metrics.kv_blocks_used == 0 {
             break;
         }
@@ -374,7 +374,7 @@ fn the_handle_streams_tokens_and_cancels_on_drop() {
     assert!(metrics.ttft_seconds.count >= 5);
     handle.shutdown();
     let mut refused = false;
-    for _ in 0..200 {
+    for _ in 0..1000 {
         if matches!(
             handle.submit(greedy(vec![1], 1)),
             Err(SubmitError::ShutDown)

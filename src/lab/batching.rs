@@ -224,10 +224,11 @@ fn stall_run(model: &Arc<Model>, o: &BatchingOptions, policy: Policy) -> Result<
     let mut token_times: Vec<Vec<f64>> = vec![Vec::new(); o.running];
     let mut iterations = Vec::new();
     let (start, mut long_arrival, mut long_ttft_ms) = (Instant::now(), None, f64::NAN);
-    // The long prompt arrives once the running requests are all decoding.
+    // The long prompt arrives once the running requests are all decoding (or, if they
+    // are done by then, at once).
     let arrive_at = 4;
-    while engine.has_work() {
-        if iterations.len() == arrive_at {
+    while engine.has_work() || long_arrival.is_none() {
+        if long_arrival.is_none() && (iterations.len() == arrive_at || !engine.has_work()) {
             let prompt = synthetic_prompt(o.long_prompt, vocab, 0);
             let id = engine.add(greedy(prompt, 1)).map_err(submit_error)?;
             index.insert(id, o.running);

@@ -75,7 +75,32 @@ pub unsafe fn strip<W: WeightElem>(
     let width = out.len() / n;
     let vector_cols = width / 8 * 8;
     out.fill(0.0);
-    for k in 0..d_in {
+    // Four weight rows per load and store of the sums, as in `avx512::strip` (same
+    // chain of FMAs per sum: `k, k + 1, k + 2, k + 3` in order).
+    let k4 = d_in / 4 * 4;
+    for k in (0..k4).step_by(4) {
+        let w_k: [&[W]; 4] = std::array::from_fn(|u| &w[(k + u) * d_out + j0..][..width]);
+        for (x_r, out_r) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(width)) {
+            let x_rk: [__m256; 4] = std::array::from_fn(|u| _mm256_set1_ps(x_r[k + u]));
+            for c in (0..vector_cols).step_by(8) {
+                // SAFETY: c + 8 <= vector_cols <= width = w_k[u].len() = out_r.len(),
+                // and the CPU has the feature (this function's contract).
+                unsafe {
+                    let mut acc = _mm256_loadu_ps(out_r.as_ptr().add(c));
+                    for u in 0..4 {
+                        acc = _mm256_fmadd_ps(x_rk[u], W::load8(w_k[u].as_ptr().add(c)), acc);
+                    }
+                    _mm256_storeu_ps(out_r.as_mut_ptr().add(c), acc);
+                }
+            }
+            for c in vector_cols..width {
+                for u in 0..4 {
+                    out_r[c] = x_r[k + u].mul_add(w_k[u][c].to_f32(), out_r[c]);
+                }
+            }
+        }
+    }
+    for k in k4..d_in {
         let w_k = &w[k * d_out + j0..][..width]; // a contiguous run of weight row k
                                                  // Row by row: for n > 1, the rows after the first find `w_k` in L1.
         for (x_r, out_r) in x.chunks_exact(d_in).zip(out.chunks_exact_mut(width)) {

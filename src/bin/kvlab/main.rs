@@ -1,6 +1,7 @@
 //! The `kvlab` command line: generate, compare the two paths, size a KV cache, import a
 //! GGUF, a zero-setup demo, and the experiments (bench, trace, capacity, prefix, chat,
-//! bench-cache, attention-map, gqa), and `kvlab plot`, which draws the book's figures.
+//! bench-cache, attention-map, gqa, bench-verify, spec-sweep, bench-batch), and `kvlab plot`,
+//! which draws the book's figures.
 //!
 //! The rule (src/lib.rs): the library computes and returns `Serialize` reports; this
 //! binary parses arguments (`args.rs`, one shared group per concern), calls the library

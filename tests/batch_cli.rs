@@ -1,0 +1,67 @@
+//! `kvlab bench-batch`: bad input is one line, and the JSON report has what the figures
+//! and the book read (tokens identical between batched and one-at-a-time runs).
+
+mod common;
+
+use common::cli::{fails_with, json};
+
+#[test]
+fn bench_batch_refuses_bad_input_in_one_line() {
+    let base = ["bench-batch", "--random-weights"];
+    let with = |extra: &[&'static str]| [&base[..], extra].concat();
+    fails_with(&with(&["--concurrency", "0"]), "--concurrency");
+    fails_with(
+        &with(&["--running", "4", "--stall-budget", "4"]),
+        "--stall-budget",
+    );
+    fails_with(
+        &with(&["--long-prompt", "9000"]),
+        "exceeds the model's 8192 positions",
+    );
+    fails_with(&with(&["--max-tokens", "0"]), "at least 1");
+}
+
+#[test]
+fn bench_batch_json_reports_identical_tokens() {
+    let r = json(&[
+        "bench-batch",
+        "--random-weights",
+        "--concurrency",
+        "1,3",
+        "--prompt-len",
+        "4",
+        "--max-tokens",
+        "3",
+        "--running",
+        "2",
+        "--long-prompt",
+        "20",
+        "--stall-budget",
+        "8",
+        "--json",
+    ]);
+    let points = r["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for p in points {
+        assert_eq!(p["tokens_identical"], true, "{p}");
+        assert!(p["continuous_tok_s"].as_f64().unwrap() > 0.0);
+    }
+    let stall = r["stall"].as_array().unwrap();
+    assert_eq!(stall[0]["policy"], "continuous");
+    assert_eq!(stall[1]["policy"], "continuous-chunked");
+    // Whole prompt: one iteration holds all 20 prompt rows; chunked: never more than 8 rows.
+    let rows = |run: &serde_json::Value| -> Vec<u64> {
+        run["iterations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["decode_rows"].as_u64().unwrap() + i["prefill_rows"].as_u64().unwrap())
+            .collect()
+    };
+    assert!(rows(&stall[0]).iter().any(|&n| n >= 20));
+    assert!(
+        rows(&stall[1]).iter().all(|&n| n <= 8),
+        "{:?}",
+        rows(&stall[1])
+    );
+}
