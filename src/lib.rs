@@ -35,6 +35,7 @@ pub mod ops;
 pub mod random_model;
 pub mod rng;
 pub mod sampler;
+pub mod server;
 pub mod simd;
 pub mod speculative;
 pub mod tokenizer;

@@ -27,6 +27,7 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
         "spec_sweep_story",
         "batch_throughput",
         "decode_stall",
+        "loadtest_stalls",
     ];
     let out = plot(&figures, dir.path());
     assert!(
@@ -51,6 +52,13 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
         }
     }
     let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    // The load test's stalls: each policy's figures from its own report.
+    let stalls = read("loadtest_stalls.md");
+    assert!(
+        stalls.contains("continuous: inter-token p50 40 ms, p99 900 ms")
+            && stalls.contains("continuous-chunked: inter-token p50 45 ms, p99 300 ms"),
+        "{stalls}"
+    );
     // Numbers come from the data: 150 ms at 16 tokens to 800 ms at 256.
     assert!(read("ttft_vs_prompt.md").contains("from 150 ms at 16 tokens to 800 ms at 256"));
     // The ridge point: 150 GFLOP/s / 26.7 GB/s = 5.6 FLOP/byte, on a log axis.

@@ -30,6 +30,7 @@ use cmd::eval::EvalArgs;
 use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
 use cmd::gqa::GqaArgs;
 use cmd::model::{ImportArgs, KvSizeArgs};
+use cmd::serve::{LoadtestArgs, LoadtestTableArgs, ServeArgs};
 use cmd::speculative::{BenchVerifyArgs, SpecSweepArgs};
 
 #[derive(Parser)]
@@ -88,6 +89,14 @@ enum Command {
     /// Serving many requests: output tokens/s vs concurrency (continuous batching vs one
     /// at a time), and the decode stall with and without chunked prefill.
     BenchBatch(BenchBatchArgs),
+    /// An OpenAI-compatible HTTP server (chat and completions, streamed or not) over the
+    /// batching engine.
+    Serve(ServeArgs),
+    /// A seeded Poisson workload of short and long prompts against a server: TTFT,
+    /// inter-token latency, throughput, every token's arrival time.
+    Loadtest(LoadtestArgs),
+    /// The scheduling policies side by side, from saved `kvlab loadtest --json` reports.
+    LoadtestTable(LoadtestTableArgs),
 }
 
 fn main() {
@@ -111,6 +120,9 @@ fn main() {
         Command::BenchVerify(args) => cmd::speculative::bench_verify(args),
         Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),
         Command::BenchBatch(args) => cmd::batch::bench_batch(args),
+        Command::Serve(args) => cmd::serve::serve(args),
+        Command::Loadtest(args) => cmd::serve::loadtest(args),
+        Command::LoadtestTable(args) => cmd::serve::loadtest_table(args),
     };
     if let Err(e) = result {
         // One line, whatever the message holds (a path or a tokenizer's text may not).

@@ -10,4 +10,5 @@ pub mod eval;
 pub mod generate;
 pub mod gqa;
 pub mod model;
+pub mod serve;
 pub mod speculative;

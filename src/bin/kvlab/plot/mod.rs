@@ -15,6 +15,7 @@ mod attention;
 mod batching;
 pub mod chart;
 mod memory;
+mod serving;
 mod speculative;
 mod timing;
 
@@ -123,6 +124,14 @@ const FIGURES: &[Figure] = &[
         name: "decode_stall",
         inputs: &["batching.json"],
         draw: batching::decode_stall,
+    },
+    Figure {
+        name: "loadtest_stalls",
+        inputs: &[
+            "loadtest_continuous.json",
+            "loadtest_continuous_chunked.json",
+        ],
+        draw: serving::loadtest_stalls,
     },
 ];
 

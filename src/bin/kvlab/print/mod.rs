@@ -13,9 +13,11 @@ use kvlab::lab::trace::TraceRow;
 
 mod batching;
 mod eval;
+mod serving;
 mod speculative;
 pub use batching::batching;
 pub use eval::{eval, kv_bench};
+pub use serving::{loadtest, loadtest_table};
 pub use speculative::{spec_comparison, spec_summary, spec_sweep, verify_cost};
 
 /// `--json`: the report as one pretty-printed JSON object.

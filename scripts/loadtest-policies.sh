@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The four scheduling policies on one seeded workload (book: serving.md):
+#
+#   bash scripts/loadtest-policies.sh
+#
+# For each policy, starts `kvlab serve --policy P` on a free loopback port, replays the
+# same `kvlab loadtest` workload against it (Poisson arrivals, short and ~1000-token
+# prompts, streamed), saves the report as book/src/figures/data/loadtest_P.json (and the
+# command as loadtest_P.cmd), and stops the server. `kvlab loadtest-table` prints the
+# chapter's table from those files. scripts/figures.sh runs this under ONLY=loadtest.
+# About 2-4 minutes per policy on an idle 2-core machine with the defaults below; run it
+# on an otherwise idle machine: anything else running shows up in the latencies.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+KVLAB=${KVLAB:-target/release/kvlab}
+MODEL=${MODEL:-models/smollm2-135m-instruct}
+DATA=${DATA:-book/src/figures/data}
+REQUESTS=${LOADTEST_REQUESTS:-16}
+RATE=${LOADTEST_RATE:-0.5}
+SEED=${LOADTEST_SEED:-0}
+MIX=${LOADTEST_MIX:-short:3,long:1}
+BATCH_TOKENS=${LOADTEST_BATCH_TOKENS:-256}
+POLICIES=${POLICIES:-sequential static continuous continuous-chunked}
+
+[[ -x $KVLAB ]] || cargo build --release
+if [[ ! -f $MODEL/config.json ]]; then
+    echo "error: $MODEL not found: the load test needs the real model (bash scripts/fetch-smollm2.sh)" >&2
+    exit 1
+fi
+mkdir -p "$DATA"
+
+SERVER=
+LOG=$(mktemp)
+stop_server() {
+    if [[ -n $SERVER ]]; then
+        kill "$SERVER" 2>/dev/null || true
+        wait "$SERVER" 2>/dev/null || true
+        SERVER=
+    fi
+}
+trap 'stop_server; rm -f "$LOG"' EXIT
+
+for policy in $POLICIES; do
+    name=loadtest_${policy//-/_}
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    serve=(serve --model "$MODEL" --port "$port" --policy "$policy" --max-batch-tokens "$BATCH_TOKENS")
+    "$KVLAB" "${serve[@]}" 2> "$LOG" &
+    SERVER=$!
+    for _ in $(seq 300); do
+        python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=1)" 2>/dev/null && break
+        if ! kill -0 "$SERVER" 2>/dev/null; then
+            echo "kvlab serve exited:" >&2
+            cat "$LOG" >&2
+            exit 1
+        fi
+        sleep 1
+    done
+    load=(loadtest --url "http://127.0.0.1:$port" --requests "$REQUESTS" --rate "$RATE" --seed "$SEED" --prompt-mix "$MIX" --json)
+    echo "+ kvlab ${serve[*]}"
+    echo "+ kvlab ${load[*]}"
+    t0=$SECONDS
+    "$KVLAB" "${load[@]}" > "$DATA/$name.json.tmp"
+    mv "$DATA/$name.json.tmp" "$DATA/$name.json"
+    # The port is whatever was free: the command shows PORT.
+    printf 'kvlab %s & kvlab %s\n' "${serve[*]}" "${load[*]}" | sed "s/\b$port\b/PORT/g" > "$DATA/$name.cmd"
+    echo "  ($((SECONDS - t0)) s)"
+    stop_server
+done
+"$KVLAB" loadtest-table "$DATA"/loadtest_*.json

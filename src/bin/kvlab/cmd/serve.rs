@@ -1,0 +1,252 @@
+//! `kvlab serve` (an OpenAI-compatible server) and `kvlab loadtest` (a seeded workload
+//! against one): book serving.md. Both only parse arguments; the server and the load
+//! generator live in the library (`kvlab::server`).
+
+use crate::args::DEFAULT_MODEL;
+use crate::checks::{at_least, in_range};
+use crate::print;
+use clap::{Args, ValueEnum};
+use kvlab::engine::{EngineConfig, Policy};
+use kvlab::error::{Error, Result};
+use kvlab::loader;
+use kvlab::server::loadtest::{self, LoadtestConfig};
+use kvlab::server::workload::PromptMix;
+use kvlab::server::{App, ServerConfig};
+use kvlab::tokenizer::Tokenizer;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Model folder (config.json, *.safetensors, tokenizer.json).
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    pub model: PathBuf,
+    /// The name clients send as "model" (default: the folder's name).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// 0 picks a free port (printed on stderr).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// How the engine forms batches.
+    #[arg(long, value_enum, default_value_t = PolicyArg::ContinuousChunked)]
+    pub policy: PolicyArg,
+    /// Tokens one engine iteration may run (decode rows + prefill chunk rows).
+    #[arg(long, default_value_t = EngineConfig::default().max_batch_tokens)]
+    pub max_batch_tokens: usize,
+    /// Bytes of the paged KV pool (default: 16384 positions of SmolLM2-135M in f32).
+    #[arg(long, default_value_t = EngineConfig::default().kv_budget_bytes)]
+    pub kv_budget: usize,
+    /// Requests that may wait for admission; more are refused with 429.
+    #[arg(long, default_value_t = EngineConfig::default().max_waiting)]
+    pub max_waiting: usize,
+    /// Larger request bodies are refused with 413.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// max_tokens for a request that gives none.
+    #[arg(long, default_value_t = 256)]
+    pub default_max_tokens: usize,
+    /// Do not reuse the KV blocks of prompt prefixes seen before.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum PolicyArg {
+    /// One request at a time, to completion.
+    Sequential,
+    /// A batch runs until all its requests finish; then the next batch.
+    Static,
+    /// Requests join and leave at every iteration (Orca).
+    Continuous,
+    /// Continuous, with long prompts prefilled in chunks under the token budget (Sarathi).
+    ContinuousChunked,
+}
+
+impl From<PolicyArg> for Policy {
+    fn from(p: PolicyArg) -> Policy {
+        match p {
+            PolicyArg::Sequential => Policy::Sequential,
+            PolicyArg::Static => Policy::Static,
+            PolicyArg::Continuous => Policy::Continuous,
+            PolicyArg::ContinuousChunked => Policy::ContinuousChunked,
+        }
+    }
+}
+
+/// A multi-threaded tokio runtime: handlers, streams and the load generator run on it;
+/// the engine's forward passes run on the engine's own thread.
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Internal(format!("cannot start the async runtime: {e}")))
+}
+
+pub fn serve(args: ServeArgs) -> Result<()> {
+    at_least("--max-batch-tokens", args.max_batch_tokens, 1)?;
+    at_least("--max-waiting", args.max_waiting, 1)?;
+    at_least("--default-max-tokens", args.default_max_tokens, 1)?;
+    if !args.model.is_dir() {
+        return Err(loader::not_a_folder(&args.model));
+    }
+    let name = match &args.served_model_name {
+        Some(name) => name.clone(),
+        None => args
+            .model
+            .file_name()
+            .map_or("model".into(), |n| n.to_string_lossy().into_owned()),
+    };
+    let tokenizer = Tokenizer::from_dir(&args.model)?;
+    let model = Arc::new(loader::load_model(&args.model)?);
+    let mut config = ServerConfig::new(&name);
+    config.engine = EngineConfig {
+        policy: args.policy.into(),
+        max_batch_tokens: args.max_batch_tokens,
+        kv_budget_bytes: args.kv_budget,
+        max_waiting: args.max_waiting,
+        prefix_caching: !args.no_prefix_caching,
+        ..EngineConfig::default()
+    };
+    config.max_body_bytes = args.max_body_bytes;
+    config.default_max_tokens = args.default_max_tokens;
+    let policy = config.engine.policy;
+    let app = App::new(model, tokenizer, config)?;
+    runtime()?.block_on(async move {
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
+            Error::InvalidArgument(format!(
+                "cannot listen on {addr}: {e}: pick another --port or --host"
+            ))
+        })?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| Error::io("the listening socket", e))?;
+        eprintln!(
+            "kvlab serve: `{name}` on http://{local}/v1 (policy {}), Ctrl-C to stop",
+            policy.name()
+        );
+        kvlab::server::serve(listener, app, shutdown_signal())
+            .await
+            .map_err(|e| Error::io("the server socket", e))
+    })
+}
+
+/// Ctrl-C or SIGTERM (what `kill` and the scripts send).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    eprintln!("kvlab serve: stopping");
+}
+
+#[derive(Args)]
+pub struct LoadtestArgs {
+    /// The server's base URL (http only).
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub url: String,
+    /// The "model" to ask for (default: the first of GET /v1/models).
+    #[arg(long)]
+    pub model: Option<String>,
+    #[arg(long, default_value_t = 32)]
+    pub requests: usize,
+    /// Mean arrivals per second (Poisson).
+    #[arg(long, default_value_t = 1.0)]
+    pub rate: f64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Request kinds and their weights: `short:3,long:1` (short: 20-60 prompt tokens,
+    /// 16-64 out; long: 900-1100 prompt tokens, 16-32 out).
+    #[arg(long, default_value = "short:3,long:1")]
+    pub prompt_mix: String,
+    /// Seconds a request may take before it counts as failed.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_s: u64,
+    /// Print the whole report (with every token's arrival time) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn loadtest(args: LoadtestArgs) -> Result<()> {
+    // Every request is planned (and its prompt held) up front: bound the count.
+    in_range(
+        "--requests",
+        args.requests,
+        1,
+        100_000,
+        "requests planned up front",
+    )?;
+    // A rate near 0 would plan arrivals centuries away (and overflow the timers).
+    if !(args.rate.is_finite() && (0.001..=10_000.0).contains(&args.rate)) {
+        return Err(Error::InvalidArgument(format!(
+            "--rate {}: give requests per second between 0.001 and 10000",
+            args.rate
+        )));
+    }
+    let config = LoadtestConfig {
+        url: args.url.trim_end_matches('/').to_string(),
+        model: args.model.clone(),
+        requests: args.requests,
+        rate: args.rate,
+        seed: args.seed,
+        mix: PromptMix::parse(&args.prompt_mix)?,
+        timeout_s: args.timeout_s,
+    };
+    let report = runtime()?.block_on(loadtest::run(&config))?;
+    if args.json {
+        return print::json(&report);
+    }
+    print::loadtest(&report);
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct LoadtestTableArgs {
+    /// `kvlab loadtest --json` reports (scripts/loadtest-policies.sh writes one per policy).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+/// The policies' table (book: serving.md), from saved `kvlab loadtest --json` reports.
+pub fn loadtest_table(args: LoadtestTableArgs) -> Result<()> {
+    let mut reports = Vec::new();
+    for path in &args.files {
+        let text = kvlab::limits::read_text_capped(
+            path,
+            kvlab::limits::MAX_JSON_BYTES,
+            "load-test report",
+        )?;
+        let report: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::InvalidFile {
+                path: path.clone(),
+                msg: format!("not a kvlab loadtest --json report: {e}"),
+            })?;
+        reports.push(report);
+    }
+    // The policies in the order the chapter introduces them; unknown ones last.
+    let rank = |r: &serde_json::Value| {
+        let name = r["policy"].as_str().unwrap_or("");
+        Policy::ALL
+            .iter()
+            .position(|p| p.name() == name)
+            .unwrap_or(Policy::ALL.len())
+    };
+    reports.sort_by_key(rank);
+    print::loadtest_table(&reports)
+}

@@ -1,0 +1,88 @@
+//! `kvlab loadtest`'s summary and `kvlab loadtest-table`'s comparison of policies.
+
+use kvlab::error::{Error, Result};
+use kvlab::server::loadtest::LoadtestReport;
+use serde_json::Value;
+
+pub fn loadtest(r: &LoadtestReport) {
+    outln!(
+        "{} requests at {:.2}/s (seed {}) against {} ({}, policy {})",
+        r.requests,
+        r.rate,
+        r.seed,
+        r.url,
+        r.model,
+        r.policy.as_deref().unwrap_or("unknown")
+    );
+    outln!(
+        "completed {} | rejected (429) {} | failed {}",
+        r.completed,
+        r.rejected_429,
+        r.failed
+    );
+    outln!(
+        "{:.2} requests/s, {:.1} output tok/s over {:.1} s",
+        r.requests_per_s,
+        r.output_tokens_per_s,
+        r.duration_s
+    );
+    for (name, p) in [
+        ("TTFT", &r.ttft_ms),
+        ("TTFT (short)", &r.short_ttft_ms),
+        ("inter-token", &r.inter_token_ms),
+        ("end-to-end", &r.e2e_ms),
+    ] {
+        outln!(
+            "{name:>13}: p50 {:>8.1} ms | p99 {:>8.1} ms | max {:>8.1} ms ({} samples)",
+            p.p50,
+            p.p99,
+            p.max,
+            p.samples
+        );
+    }
+}
+
+/// One markdown row per saved report (the book includes the output as it is).
+pub fn loadtest_table(reports: &[Value]) -> Result<()> {
+    let num = |r: &Value, path: &[&str]| -> Result<f64> {
+        let mut v = r;
+        for key in path {
+            v = &v[*key];
+        }
+        v.as_f64().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "a report has no number at {}: regenerate it with kvlab loadtest --json",
+                path.join(".")
+            ))
+        })
+    };
+    let first = reports
+        .first()
+        .ok_or_else(|| Error::InvalidArgument("no reports".into()))?;
+    outln!(
+        "{} requests, Poisson arrivals at {}/s, seed {}; milliseconds except where noted",
+        num(first, &["requests"])?,
+        num(first, &["rate"])?,
+        num(first, &["seed"])?
+    );
+    outln!();
+    outln!("| policy | done | req/s | out tok/s | TTFT p50 | TTFT p99 | short TTFT p99 | ITL p50 | ITL p99 | ITL max |");
+    outln!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in reports {
+        outln!(
+            "| {} | {}/{} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            r["policy"].as_str().unwrap_or("?"),
+            num(r, &["completed"])?,
+            num(r, &["requests"])?,
+            num(r, &["requests_per_s"])?,
+            num(r, &["output_tokens_per_s"])?,
+            num(r, &["ttft_ms", "p50"])?,
+            num(r, &["ttft_ms", "p99"])?,
+            num(r, &["short_ttft_ms", "p99"])?,
+            num(r, &["inter_token_ms", "p50"])?,
+            num(r, &["inter_token_ms", "p99"])?,
+            num(r, &["inter_token_ms", "max"])?,
+        );
+    }
+    Ok(())
+}

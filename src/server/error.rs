@@ -1,0 +1,160 @@
+//! Every refusal the server sends, as an OpenAI-style error body (book: serving.md).
+//!
+//! A client library reads `{"error": {"message", "type", "param", "code"}}` and shows the
+//! message; axum's own rejections (bad JSON, a body over the limit, an unknown path) are
+//! plain text, so every one of them is turned into this shape too. The status says who
+//! must act: 4xx the client (fix the request, or wait: 429 comes with `Retry-After`),
+//! 5xx the server.
+
+use super::openai::{ErrorBody, ErrorDetail};
+use crate::engine::SubmitError;
+use axum::extract::rejection::JsonRejection;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+/// One refused request: its status and the four fields of the error body.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+    /// Seconds, sent as `Retry-After` (429).
+    pub retry_after_s: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: String) -> ApiError {
+        ApiError {
+            status,
+            message,
+            kind,
+            param: None,
+            code: None,
+            retry_after_s: None,
+        }
+    }
+
+    /// 400: the request names something kvlab cannot do; `param` is the field at fault.
+    pub fn invalid(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            param: Some(param.to_string()),
+            ..ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                message.into(),
+            )
+        }
+    }
+
+    pub fn with_code(mut self, code: &'static str) -> ApiError {
+        self.code = Some(code);
+        self
+    }
+
+    /// 404 for a model this server does not serve (OpenAI answers the same).
+    pub fn unknown_model(asked: &str, served: &str) -> ApiError {
+        ApiError {
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!("the model `{asked}` does not exist here: this server serves `{served}` (see GET /v1/models)"),
+            )
+        }
+    }
+
+    /// 500: the engine failed while running the request.
+    pub fn engine_failed(message: String) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> ApiError {
+        match e {
+            SubmitError::QueueFull { retry_after_s } => ApiError {
+                code: Some("rate_limit_exceeded"),
+                retry_after_s: Some(retry_after_s),
+                ..ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    format!("the server's waiting queue is full: retry after {retry_after_s} s"),
+                )
+            },
+            // What validate.rs cannot see: the request is over the whole KV pool.
+            SubmitError::Invalid(e) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                e.to_string(),
+            ),
+            SubmitError::ShutDown => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "the engine has shut down: restart the server".into(),
+            ),
+        }
+    }
+}
+
+// ANCHOR: json_rejection
+/// axum's rejections of a JSON body, in OpenAI's shape. A wrong type or a missing field
+/// is 422 in axum and 400 in OpenAI's API: clients expect 400.
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> ApiError {
+        let status = match rejection.status() {
+            StatusCode::UNPROCESSABLE_ENTITY => StatusCode::BAD_REQUEST,
+            other => other,
+        };
+        let message = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than this server accepts (kvlab serve --max-body-bytes): send a shorter prompt".to_string(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "the body must be JSON: send the header `Content-Type: application/json`".to_string(),
+            _ => format!("{}: send one JSON object with the fields of the OpenAI API", rejection.body_text()),
+        };
+        ApiError::new(status, "invalid_request_error", message)
+    }
+}
+// ANCHOR_END: json_rejection
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                message: self.message,
+                kind: self.kind,
+                param: self.param,
+                code: self.code,
+            },
+        };
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after_s {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+/// Any path the server does not have.
+pub async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        format!("no route {uri}: the server has POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health and GET /metrics"),
+    )
+}
+
+/// A known path with the wrong method (`GET /v1/completions`).
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        format!(
+            "{method} is not allowed on {uri}: the /v1 generation routes take POST, the others GET"
+        ),
+    )
+}

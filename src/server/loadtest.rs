@@ -1,0 +1,370 @@
+//! `kvlab loadtest`: replays a seeded workload against a running server and times every
+//! token as it arrives (book: serving.md).
+//!
+//! Each request is sent at its planned arrival time whether or not the earlier ones are
+//! done (an open loop, as real users behave: a closed loop that waits would hide the
+//! queueing a slow policy causes). It streams `/v1/completions` and records the arrival
+//! time of every chunk. From those: TTFT (arrival → first text), inter-token latency (the
+//! gaps between chunks of one request: a stall shows up as one long gap), throughput,
+//! and the per-token timeline behind the book's stall figure.
+
+use super::workload::{plan, Planned, PromptMix};
+use crate::error::{Error, Result};
+use serde::Serialize;
+use std::time::{Duration, Instant};
+use tokio_stream::StreamExt;
+
+#[derive(Debug, Clone)]
+pub struct LoadtestConfig {
+    /// Base URL, e.g. `http://127.0.0.1:8000`.
+    pub url: String,
+    /// The model to ask for; `None`: the first that `GET /v1/models` lists.
+    pub model: Option<String>,
+    pub requests: usize,
+    /// Mean arrivals per second.
+    pub rate: f64,
+    pub seed: u64,
+    pub mix: PromptMix,
+    pub timeout_s: u64,
+}
+
+/// Median, 99th percentile and mean of a set of samples (milliseconds).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub mean: f64,
+    pub max: f64,
+    pub samples: usize,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles (p99 of 30 samples is the largest).
+    pub fn of(samples: &[f64]) -> Percentiles {
+        if samples.is_empty() {
+            return Percentiles::default();
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let rank =
+            |p: f64| sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
+        Percentiles {
+            p50: rank(0.50),
+            p99: rank(0.99),
+            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
+            max: sorted[sorted.len() - 1],
+            samples: sorted.len(),
+        }
+    }
+}
+
+/// One request as the client saw it. Times are milliseconds since the test started.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestRecord {
+    pub index: usize,
+    pub kind: &'static str,
+    pub prompt_tokens: usize,
+    pub max_tokens: usize,
+    /// When it was sent (its planned arrival).
+    pub sent_ms: f64,
+    /// HTTP status (0: no answer).
+    pub status: u16,
+    /// Arrival time of each chunk of text.
+    pub token_ms: Vec<f64>,
+    /// Tokens the server says it generated (`usage.completion_tokens`).
+    pub completion_tokens: usize,
+    pub finish_reason: Option<String>,
+    pub error: Option<String>,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadtestReport {
+    pub url: String,
+    pub model: String,
+    /// The server's scheduling policy, as its `/health` reports it.
+    pub policy: Option<String>,
+    pub requests: usize,
+    pub rate: f64,
+    pub seed: u64,
+    pub completed: usize,
+    pub rejected_429: usize,
+    pub failed: usize,
+    /// First send to last token, seconds.
+    pub duration_s: f64,
+    pub requests_per_s: f64,
+    pub output_tokens: usize,
+    pub output_tokens_per_s: f64,
+    pub ttft_ms: Percentiles,
+    pub inter_token_ms: Percentiles,
+    /// Send to last token.
+    pub e2e_ms: Percentiles,
+    /// TTFT of the short requests alone: what a chat user waits when long prompts share
+    /// the server.
+    pub short_ttft_ms: Percentiles,
+    pub per_request: Vec<RequestRecord>,
+}
+
+// ANCHOR: run
+/// Runs the workload against `config.url` and measures it.
+pub async fn run(config: &LoadtestConfig) -> Result<LoadtestReport> {
+    // Arrivals are timers: a rate near 0 would set them centuries ahead (and overflow).
+    if !(config.rate.is_finite() && (0.001..=10_000.0).contains(&config.rate))
+        || config.requests == 0
+    {
+        return Err(Error::InvalidArgument(format!(
+            "a load test needs at least one request and a rate between 0.001 and 10000 per second, not {} at {}",
+            config.requests, config.rate
+        )));
+    }
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(config.timeout_s))
+        .build()
+        .map_err(|e| Error::Internal(format!("cannot build the HTTP client: {e}")))?;
+    let unreachable = |e: reqwest::Error| {
+        Error::InvalidArgument(format!(
+            "{}: {e}: is `kvlab serve` running there? (--url)",
+            config.url
+        ))
+    };
+    let health: serde_json::Value = client
+        .get(format!("{}/health", config.url))
+        .send()
+        .await
+        .map_err(unreachable)?
+        .json()
+        .await
+        .map_err(unreachable)?;
+    let model = match &config.model {
+        Some(m) => m.clone(),
+        None => {
+            let models: serde_json::Value = client
+                .get(format!("{}/v1/models", config.url))
+                .send()
+                .await
+                .map_err(unreachable)?
+                .json()
+                .await
+                .map_err(unreachable)?;
+            models["data"][0]["id"]
+                .as_str()
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "{}/v1/models lists no model: give --model",
+                        config.url
+                    ))
+                })?
+                .to_string()
+        }
+    };
+    let workload = plan(config.requests, config.rate, config.seed, &config.mix);
+    let start = Instant::now();
+    let tasks: Vec<_> = workload
+        .into_iter()
+        .map(|planned| {
+            let (client, url, model) = (client.clone(), config.url.clone(), model.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep_until(
+                    (start + Duration::from_secs_f64(planned.arrival_s)).into(),
+                )
+                .await;
+                one_request(&client, &url, &model, planned, start).await
+            })
+        })
+        .collect();
+    let mut records = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        records.push(
+            task.await
+                .map_err(|e| Error::Internal(format!("a load-test task failed: {e}")))?,
+        );
+    }
+    Ok(summarise(
+        config,
+        model,
+        health["policy"].as_str().map(str::to_string),
+        records,
+    ))
+}
+// ANCHOR_END: run
+
+/// Sends one streamed completion and times its chunks.
+async fn one_request(
+    client: &reqwest::Client,
+    url: &str,
+    model: &str,
+    planned: Planned,
+    start: Instant,
+) -> RequestRecord {
+    let ms = |t: Instant| t.duration_since(start).as_secs_f64() * 1e3;
+    let mut record = RequestRecord {
+        index: planned.index,
+        kind: planned.kind,
+        prompt_tokens: planned.prompt.len(),
+        max_tokens: planned.max_tokens,
+        sent_ms: ms(Instant::now()),
+        status: 0,
+        token_ms: Vec::new(),
+        completion_tokens: 0,
+        finish_reason: None,
+        error: None,
+    };
+    let body = serde_json::json!({
+        "model": model,
+        "prompt": planned.prompt,
+        "max_tokens": planned.max_tokens,
+        "temperature": 0,
+        "ignore_eos": true,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    let response = match client
+        .post(format!("{url}/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            record.error = Some(e.to_string());
+            return record;
+        }
+    };
+    record.status = response.status().as_u16();
+    if !response.status().is_success() {
+        record.error = response.text().await.ok();
+        return record;
+    }
+    let mut bytes = response.bytes_stream();
+    let mut events = SseReader::default();
+    while let Some(chunk) = bytes.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                record.error = Some(e.to_string());
+                return record;
+            }
+        };
+        let now = ms(Instant::now());
+        for data in events.push(&chunk) {
+            if data == "[DONE]" {
+                return record;
+            }
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(&data) else {
+                continue;
+            };
+            if let Some(error) = value.get("error") {
+                record.error = Some(error.to_string());
+            }
+            if let Some(n) = value["usage"]["completion_tokens"].as_u64() {
+                record.completion_tokens = n as usize;
+            }
+            let choice = &value["choices"][0];
+            if choice["text"].as_str().is_some_and(|t| !t.is_empty()) {
+                record.token_ms.push(now);
+            }
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                record.finish_reason = Some(reason.to_string());
+            }
+        }
+    }
+    record
+        .error
+        .get_or_insert_with(|| "the stream ended without [DONE]".into());
+    record
+}
+
+/// Splits a response body into the payloads of its SSE `data:` lines. Events end with a
+/// blank line; one read from the socket may hold several events, or half of one.
+#[derive(Debug, Default)]
+pub struct SseReader {
+    buffer: Vec<u8>,
+}
+
+impl SseReader {
+    /// Adds bytes; returns the `data:` payloads of the events they complete.
+    pub fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.buffer.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+            let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
+            let text = String::from_utf8_lossy(&event);
+            out.extend(
+                text.lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(|d| d.strip_prefix(' ').unwrap_or(d).to_string()),
+            );
+        }
+        out
+    }
+}
+
+fn summarise(
+    config: &LoadtestConfig,
+    model: String,
+    policy: Option<String>,
+    records: Vec<RequestRecord>,
+) -> LoadtestReport {
+    let done: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| r.error.is_none() && r.status == 200 && !r.token_ms.is_empty())
+        .collect();
+    let ttft: Vec<f64> = done.iter().map(|r| r.token_ms[0] - r.sent_ms).collect();
+    let short_ttft: Vec<f64> = done
+        .iter()
+        .filter(|r| r.kind == "short")
+        .map(|r| r.token_ms[0] - r.sent_ms)
+        .collect();
+    let itl: Vec<f64> = done
+        .iter()
+        .flat_map(|r| r.token_ms.windows(2).map(|w| w[1] - w[0]))
+        .collect();
+    let e2e: Vec<f64> = done
+        .iter()
+        .map(|r| r.token_ms[r.token_ms.len() - 1] - r.sent_ms)
+        .collect();
+    let first_sent = records
+        .iter()
+        .map(|r| r.sent_ms)
+        .fold(f64::INFINITY, f64::min);
+    let last_token = done
+        .iter()
+        .map(|r| r.token_ms[r.token_ms.len() - 1])
+        .fold(0.0, f64::max);
+    let duration_s = ((last_token - first_sent) / 1e3).max(1e-9);
+    let output_tokens: usize = done.iter().map(|r| r.completion_tokens).sum();
+    LoadtestReport {
+        url: config.url.clone(),
+        model,
+        policy,
+        requests: config.requests,
+        rate: config.rate,
+        seed: config.seed,
+        completed: done.len(),
+        rejected_429: records.iter().filter(|r| r.status == 429).count(),
+        failed: records.len() - done.len(),
+        duration_s,
+        requests_per_s: done.len() as f64 / duration_s,
+        output_tokens,
+        output_tokens_per_s: output_tokens as f64 / duration_s,
+        ttft_ms: Percentiles::of(&ttft),
+        inter_token_ms: Percentiles::of(&itl),
+        e2e_ms: Percentiles::of(&e2e),
+        short_ttft_ms: Percentiles::of(&short_ttft),
+        per_request: records,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Percentiles;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let samples: Vec<f64> = (1..=100).map(f64::from).collect();
+        let p = Percentiles::of(&samples);
+        assert_eq!((p.p50, p.p99, p.max, p.samples), (50.0, 99.0, 100.0, 100));
+        assert_eq!(Percentiles::of(&[3.0]).p99, 3.0);
+        assert_eq!(Percentiles::of(&[]).samples, 0);
+    }
+}

@@ -1,0 +1,179 @@
+//! `GET /metrics`: the engine's counters in Prometheus' text format (book: serving.md).
+//!
+//! The format is lines of `name{labels} value`, each metric preceded by `# HELP` and
+//! `# TYPE`; a histogram is cumulative `_bucket{le="..."}` lines, then `_sum` and
+//! `_count` (prometheus.io/docs/instrumenting/exposition_formats). The engine keeps its
+//! histograms in exactly that shape ([`Histogram`]), so rendering is printing.
+
+use crate::engine::{EngineMetrics, Histogram};
+use std::fmt::Write;
+
+/// What the server counts itself (the engine never sees a refused request).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ServerCounters {
+    /// 429s: the waiting queue was full.
+    pub rejected_queue_full: u64,
+    /// Other 4xx answers to generation requests.
+    pub rejected_invalid: u64,
+}
+
+// ANCHOR: render
+/// The metrics page.
+pub fn render(m: &EngineMetrics, server: ServerCounters) -> String {
+    let mut out = String::new();
+    let gauges: [(&str, &str, f64); 5] = [
+        (
+            "kvlab_requests_running",
+            "Requests in the running batch.",
+            m.requests_running as f64,
+        ),
+        (
+            "kvlab_requests_waiting",
+            "Requests queued, not yet admitted.",
+            m.requests_waiting as f64,
+        ),
+        (
+            "kvlab_kv_blocks_used",
+            "KV cache blocks held by sequences or the prefix cache.",
+            m.kv_blocks_used as f64,
+        ),
+        (
+            "kvlab_kv_blocks_free",
+            "KV cache blocks free to allocate.",
+            m.kv_blocks_free as f64,
+        ),
+        (
+            "kvlab_kv_blocks",
+            "KV cache blocks in the pool.",
+            (m.kv_blocks_used + m.kv_blocks_free) as f64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        metric(&mut out, name, help, "gauge", value);
+    }
+    let counters: [(&str, &str, u64); 9] = [
+        (
+            "kvlab_requests_finished_total",
+            "Requests that ran to the end.",
+            m.requests_finished,
+        ),
+        (
+            "kvlab_requests_cancelled_total",
+            "Requests cancelled (client gone, stop string).",
+            m.requests_cancelled,
+        ),
+        (
+            "kvlab_requests_rejected_queue_full_total",
+            "Requests refused with 429.",
+            server.rejected_queue_full,
+        ),
+        (
+            "kvlab_requests_rejected_invalid_total",
+            "Generation requests refused with another 4xx.",
+            server.rejected_invalid,
+        ),
+        (
+            "kvlab_preemptions_total",
+            "Sequences preempted to free KV blocks.",
+            m.preemptions,
+        ),
+        (
+            "kvlab_prefix_cache_hit_tokens_total",
+            "Prompt tokens whose K and V came from the prefix cache.",
+            m.prefix_hit_tokens,
+        ),
+        (
+            "kvlab_prompt_tokens_total",
+            "Prompt tokens received.",
+            m.prompt_tokens,
+        ),
+        (
+            "kvlab_generation_tokens_total",
+            "Tokens generated.",
+            m.generated_tokens,
+        ),
+        (
+            "kvlab_iterations_total",
+            "Engine iterations (batched forward passes).",
+            m.iterations,
+        ),
+    ];
+    for (name, help, value) in counters {
+        metric(&mut out, name, help, "counter", value as f64);
+    }
+    histogram(
+        &mut out,
+        "kvlab_time_to_first_token_seconds",
+        "Seconds from arrival to the first token.",
+        &m.ttft_seconds,
+    );
+    histogram(
+        &mut out,
+        "kvlab_inter_token_latency_seconds",
+        "Seconds between two tokens of one request.",
+        &m.inter_token_seconds,
+    );
+    out
+}
+// ANCHOR_END: render
+
+fn metric(out: &mut String, name: &str, help: &str, kind: &str, value: f64) {
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+    );
+}
+
+fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (bound, count) in h.bounds.iter().zip(&h.counts) {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", h.sum, h.count);
+}
+
+/// The value of an unlabelled metric in a page `render` wrote (tests and the load
+/// generator read the page back with this).
+pub fn read_value(page: &str, name: &str) -> Option<f64> {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_reads_back_and_histograms_are_cumulative_with_inf() {
+        let mut m = EngineMetrics {
+            kv_blocks_used: 3,
+            kv_blocks_free: 61,
+            ..Default::default()
+        };
+        m.ttft_seconds.observe(0.02);
+        m.ttft_seconds.observe(0.3);
+        let page = render(
+            &m,
+            ServerCounters {
+                rejected_queue_full: 2,
+                rejected_invalid: 0,
+            },
+        );
+        assert_eq!(read_value(&page, "kvlab_kv_blocks_used"), Some(3.0));
+        assert_eq!(read_value(&page, "kvlab_kv_blocks_free"), Some(61.0));
+        assert_eq!(read_value(&page, "kvlab_kv_blocks"), Some(64.0));
+        assert_eq!(
+            read_value(&page, "kvlab_requests_rejected_queue_full_total"),
+            Some(2.0)
+        );
+        assert!(page.contains("kvlab_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"));
+        assert!(page.contains("kvlab_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert_eq!(
+            read_value(&page, "kvlab_time_to_first_token_seconds_count"),
+            Some(2.0)
+        );
+    }
+}
