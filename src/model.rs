@@ -141,6 +141,8 @@ impl<E: WeightElem> Model<E> {
         if n == 0 {
             return Err(Error::EmptyPrompt);
         }
+        // The position of the first token (its RoPE angle). An evicting cache holds
+        // fewer rows than positions: see `rows_before` below.
         let start_pos = match kv {
             KvSource::ThisPass => 0,
             KvSource::Cache(cache) => cache.len(),
@@ -162,6 +164,12 @@ impl<E: WeightElem> Model<E> {
         if let KvSource::Cache(cache) = kv {
             cache.prepare(tokens)?;
         }
+        // Rows attention reads before this pass's first token: `start_pos`, unless the
+        // cache evicts (a window, H2O), in which case `prepare` has just made room.
+        let (rows_before, observe) = match kv {
+            KvSource::ThisPass => (0, false),
+            KvSource::Cache(cache) => (cache.rows_held(), cache.observes_attention()),
+        };
 
         // Token embedding: row `token` of the table.        x: [n, dim]
         let mut x = Array2::<f32>::zeros((n, dim));
@@ -221,11 +229,11 @@ impl<E: WeightElem> Model<E> {
                 KvSource::Cache(cache) => {
                     cache.write(l, &k, &v)?;
                     // Contiguous rows, or a block table (PagedAttention): same arithmetic.
-                    cache.read(l, start_pos + n)
+                    cache.read(l, rows_before + n)
                 }
             };
-            in_pool(|| {
-                let attn = kv_rows.attend(&q, start_pos, heads);
+            let received = in_pool(|| {
+                let (attn, received) = kv_rows.attend_observed(&q, rows_before, heads, observe);
                 ops::add_inplace(x_s, &linear(&attn, &layer.wo));
 
                 // ---- MLP block ----
@@ -239,7 +247,12 @@ impl<E: WeightElem> Model<E> {
                 ops::matmuls(&xb, dim, gate_up);
                 ops::swiglu(&mut gate, &up);
                 ops::add_inplace(x_s, &linear(&gate, &layer.w_down));
+                received
             });
+            // H2O's hook: the attention each row received (empty unless asked for).
+            if let (KvSource::Cache(cache), true) = (&mut *kv, observe) {
+                cache.observe(l, &received);
+            }
         }
         if let KvSource::Cache(cache) = kv {
             cache.advance(n);

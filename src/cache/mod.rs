@@ -21,8 +21,11 @@
 //! "Capacity" measure.
 
 pub mod growable;
+pub mod h2o;
+pub mod masked;
 pub mod paged;
 pub mod preallocated;
+pub mod window;
 
 use crate::attention::KvView;
 use crate::config::Config;
@@ -30,8 +33,11 @@ use crate::error::{Error, Result};
 use serde::Serialize;
 
 pub use growable::GrowableCache;
+pub use h2o::H2oCache;
+pub use masked::{MaskRule, MaskedCache};
 pub use paged::{PagedCache, PagedSeq, SeqId};
 pub use preallocated::PreallocatedCache;
+pub use window::WindowCache;
 
 /// Positions per block when none is given: vLLM's default on GPUs (Kwon et al. 2023
 /// found 16-32 a good trade between waste in the last block and gather overhead).
@@ -41,8 +47,25 @@ pub const DEFAULT_BLOCK_SIZE: usize = 16;
 /// The verbs the model's cached path uses, in the order one forward pass calls them:
 /// `len` → `prepare` → for each layer (`write` → `read`) → `advance`.
 pub trait KvStore {
-    /// Positions stored: the position of the next token.
+    /// Positions seen: the position of the next token (its RoPE angle).
     fn len(&self) -> usize;
+
+    /// Rows held, which attention reads: `len()`, unless the cache evicts (then at
+    /// most its window or budget; `window.rs`, `h2o.rs`). Read after `prepare`, which
+    /// is where an evicting cache makes room.
+    fn rows_held(&self) -> usize {
+        self.len()
+    }
+
+    /// True when the cache wants [`KvStore::observe`] called after each layer's
+    /// attention (H2O ranks rows by the attention they receive); false costs nothing.
+    fn observes_attention(&self) -> bool {
+        false
+    }
+
+    /// The attention each held row received in layer `layer` during this pass, summed
+    /// over the pass's query rows and every query head: `[rows_held() + n]`.
+    fn observe(&mut self, _layer: usize, _received: &[f32]) {}
 
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -56,7 +79,8 @@ pub trait KvStore {
     /// Writes layer `layer`'s K and V of the prepared positions. `k`, `v`: `[n, kv_dim]`.
     fn write(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
 
-    /// Layer `layer`'s keys and values for positions `0..end`, laid out as this cache keeps them.
+    /// Layer `layer`'s keys and values for rows `0..end` (positions `0..end` unless the
+    /// cache evicts), in position order, laid out as this cache keeps them.
     fn read(&self, layer: usize, end: usize) -> KvView<'_>;
 
     /// Marks the `n` prepared positions filled, once every layer has written them.
@@ -82,6 +106,15 @@ pub trait KvStore {
 impl<S: KvStore + ?Sized> KvStore for Box<S> {
     fn len(&self) -> usize {
         (**self).len()
+    }
+    fn rows_held(&self) -> usize {
+        (**self).rows_held()
+    }
+    fn observes_attention(&self) -> bool {
+        (**self).observes_attention()
+    }
+    fn observe(&mut self, layer: usize, received: &[f32]) {
+        (**self).observe(layer, received)
     }
     fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
         (**self).prepare(tokens)
