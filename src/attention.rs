@@ -65,7 +65,7 @@ pub fn causal_attention(
 /// each task returns `[rows, kv_mul * head_dim]` — its rows' outputs for the query
 /// heads of that group — which are then copied into place. Decode (one row) thus
 /// still spreads its `n_kv_heads` groups over the threads.
-pub fn attention_over<R: KvRows + ?Sized>(
+pub fn attention_over<R: KvHeads + ?Sized>(
     rows: &R,
     q: &[f32],
     start_pos: usize,
@@ -81,7 +81,7 @@ pub fn attention_over<R: KvRows + ?Sized>(
 /// branch per task). H2O ranks tokens by this sum (`src/cache/h2o.rs`). The sums run
 /// in a fixed order (rows, then heads within a task; tasks in order), so two caches
 /// that hand attention the same rows get the same bits.
-pub fn attention_observed<R: KvRows + ?Sized>(
+pub fn attention_observed<R: KvHeads + ?Sized>(
     rows: &R,
     q: &[f32],
     start_pos: usize,
@@ -170,7 +170,7 @@ pub fn score(q: &[f32], k: &[f32]) -> f32 {
 /// for the rows of `q_rows` (`[m, n_heads * head_dim]`, the first at position
 /// `first_pos`). Returns `[m, kv_mul, head_dim]`, and, when `observe` is set, the
 /// probabilities each key received from these rows and heads, `[first_pos + m]`.
-fn attend_group<R: KvRows + ?Sized>(
+fn attend_group<R: KvHeads + ?Sized>(
     rows: &R,
     q_rows: &[f32],
     first_pos: usize,
@@ -191,8 +191,10 @@ fn attend_group<R: KvRows + ?Sized>(
     // Scores, `[m, kv_mul, end]`: each key is read once, in place, and scored
     // against every query row and head of the group that can see it.
     let mut scores = vec![0.0f32; m * kv_mul * end];
+    // Where a quantized cache dequantizes one head's run ([`KvHeads`]); unused by f32 rows.
+    let (mut key_buf, mut value_buf) = (vec![0.0f32; head_dim], vec![0.0f32; head_dim]);
     for j in 0..end {
-        let key = &rows.key(j)[kv_head * head_dim..][..head_dim];
+        let key = rows.key_head(j, kv_head, head_dim, &mut key_buf);
         // Rows whose position reaches key `j` (the causal mask).
         for i in j.saturating_sub(first_pos)..m {
             for g in 0..kv_mul {
@@ -230,12 +232,13 @@ fn attend_group<R: KvRows + ?Sized>(
                 .zip(out_head.chunks_mut(VALUE_BLOCK))
             {
                 let width = out_block.len();
-                let value = |j: usize| &rows.value(j)[kv_head * head_dim + d0..][..width];
                 match width {
                     VALUE_BLOCK => {
                         let mut acc = [0.0f32; VALUE_BLOCK];
                         for (j, &p) in s.iter().enumerate() {
-                            let v: &[f32; VALUE_BLOCK] = value(j).try_into().expect("block");
+                            let v = rows.value_head(j, kv_head, head_dim, &mut value_buf);
+                            let v: &[f32; VALUE_BLOCK] =
+                                v[d0..][..width].try_into().expect("block");
                             for (a, &v) in acc.iter_mut().zip(v) {
                                 *a = p.mul_add(v, *a);
                             }
@@ -244,7 +247,8 @@ fn attend_group<R: KvRows + ?Sized>(
                     }
                     _ => {
                         for (j, &p) in s.iter().enumerate() {
-                            for (o, &v) in out_block.iter_mut().zip(value(j)) {
+                            let v = rows.value_head(j, kv_head, head_dim, &mut value_buf);
+                            for (o, &v) in out_block.iter_mut().zip(&v[d0..][..width]) {
                                 *o = p.mul_add(v, *o);
                             }
                         }
@@ -290,6 +294,53 @@ impl KvRows for Contiguous<'_> {
     }
 }
 // ANCHOR_END: kv_rows
+
+// ANCHOR: kv_heads
+/// One KV head's `head_dim` run of position `j`, as attention reads it. A layout of
+/// f32 rows ([`KvRows`]) hands out a slice of itself and ignores `scratch`; a quantized
+/// cache (`src/cache/quant/`) dequantizes the run into `scratch` (`[head_dim]`, the
+/// caller's) and hands that out: dequantization happens inside the dot products, one
+/// run at a time, never as an f32 copy of the whole cache (book: kv-quantization.md).
+pub trait KvHeads: Sync {
+    fn key_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        scratch: &'s mut [f32],
+    ) -> &'s [f32];
+    fn value_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        scratch: &'s mut [f32],
+    ) -> &'s [f32];
+}
+
+impl<R: KvRows + ?Sized> KvHeads for R {
+    #[inline(always)]
+    fn key_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        _: &'s mut [f32],
+    ) -> &'s [f32] {
+        &self.key(j)[kv_head * head_dim..][..head_dim]
+    }
+    #[inline(always)]
+    fn value_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        _: &'s mut [f32],
+    ) -> &'s [f32] {
+        &self.value(j)[kv_head * head_dim..][..head_dim]
+    }
+}
+// ANCHOR_END: kv_heads
 
 // ANCHOR: paged_rows
 /// PagedAttention's view of one layer (Kwon et al. 2023, §4.1): the sequence's
@@ -383,6 +434,8 @@ pub enum KvView<'a> {
     Paged(Paged<'a>),
     Ring(Ring<'a>),
     Indexed(Indexed<'a>),
+    /// int8 / int4 codes and their scales, dequantized one head's run at a time.
+    Quantized(crate::cache::quant::QuantRows<'a>),
 }
 
 impl KvView<'_> {
@@ -407,6 +460,7 @@ impl KvView<'_> {
             KvView::Paged(rows) => attention_observed(rows, q, rows_before, heads, observe),
             KvView::Ring(rows) => attention_observed(rows, q, rows_before, heads, observe),
             KvView::Indexed(rows) => attention_observed(rows, q, rows_before, heads, observe),
+            KvView::Quantized(rows) => attention_observed(rows, q, rows_before, heads, observe),
         }
     }
 }

@@ -111,3 +111,16 @@ impl KvShape {
         })
     }
 }
+
+// ANCHOR: quantized_size
+impl KvShape {
+    /// Bytes one token adds to a cache quantized to `bits` (8 or 4) with one f32 scale per
+    /// `group` values, and for int4 one f32 zero point too (`src/cache/quant/`): the codes,
+    /// plus the scales' share. The dtype of `self` is ignored.
+    pub fn quantized_bytes_per_token(&self, bits: usize, group: usize) -> usize {
+        let values = self.kv_heads * self.head_dim;
+        let floats_per_group = if bits == 8 { 1 } else { 2 };
+        2 * self.layers * (values * bits / 8 + values / group * floats_per_group * 4)
+    }
+}
+// ANCHOR_END: quantized_size

@@ -16,6 +16,9 @@
 //! arithmetic whatever the layout; only the address of row `j` differs
 //! ([`crate::attention::KvRows`]).
 //!
+//! What is kept of each position (f32, int8, int4; all of it, or a window) is a second,
+//! independent choice: the `--kv` policy ([`policy`], [`quant`]; part "Shrinking the cache").
+//!
 //! Every layout reports the bytes it **reserves** and the bytes that hold **live**
 //! positions; the difference is the waste the chapters "Cache layouts" and
 //! "Capacity" measure.
@@ -24,7 +27,9 @@ pub mod growable;
 pub mod h2o;
 pub mod masked;
 pub mod paged;
+pub mod policy;
 pub mod preallocated;
+pub mod quant;
 pub mod window;
 
 use crate::attention::KvView;
@@ -36,6 +41,7 @@ pub use growable::GrowableCache;
 pub use h2o::H2oCache;
 pub use masked::{MaskRule, MaskedCache};
 pub use paged::{PagedCache, PagedSeq, SeqId};
+pub use policy::{new_policy_store, KvPolicy, PolicyParams};
 pub use preallocated::PreallocatedCache;
 pub use window::WindowCache;
 

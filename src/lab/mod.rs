@@ -17,6 +17,7 @@
 //! | [`spec_sweep`] | `kvlab spec-sweep` | speculative.md |
 //! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
 //! | [`gqa`] | `kvlab gqa` | gqa.md |
+//! | [`eval`] | `kvlab eval` | kv-quantization.md, eviction.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
@@ -25,6 +26,7 @@ pub mod bench;
 pub mod cache_bench;
 pub mod capacity;
 pub mod compare;
+pub mod eval;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
 pub mod gqa;

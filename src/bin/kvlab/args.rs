@@ -5,7 +5,7 @@
 use crate::checks::in_range;
 use clap::{Args, ValueEnum};
 use kvlab::backend::{Backend, CacheLayout};
-use kvlab::cache::{CacheKind, DEFAULT_BLOCK_SIZE};
+use kvlab::cache::{CacheKind, KvPolicy, PolicyParams, DEFAULT_BLOCK_SIZE};
 use kvlab::device::{Device, GpuDtype, WeightDtype};
 use kvlab::error::{Error, Result};
 use kvlab::generate::PathKind;
@@ -243,6 +243,46 @@ impl CacheArgs {
             kind: self.cache.into(),
             block_size: self.block.block_size,
         }
+    }
+}
+
+/// `--kv`: what the cache keeps of each position, and in what precision (part "Shrinking
+/// the cache"): one flag, one parser, for `eval`, `generate`, `compare` and `chat`.
+#[derive(Args, Clone)]
+pub struct KvArgs {
+    /// KV cache policy: full, int8, int4 (KIVI: keys per channel), int4-per-token, window, h2o.
+    #[arg(long, default_value = "full", value_name = "POLICY")]
+    pub kv: String,
+    /// With --kv window: the most recent positions kept.
+    #[arg(long)]
+    pub window: Option<usize>,
+    /// With --kv window: the first positions always kept (attention sinks).
+    #[arg(long)]
+    pub sinks: Option<usize>,
+    /// With --kv h2o: positions kept.
+    #[arg(long)]
+    pub budget: Option<usize>,
+    /// With --kv h2o: of the budget, the most recent positions (default: half).
+    #[arg(long)]
+    pub recent: Option<usize>,
+    /// With --kv int4 / int4-per-token: values per scale (channels; tokens for KIVI's
+    /// per-channel keys). Must divide head_dim. Default 32.
+    #[arg(long)]
+    pub group: Option<usize>,
+}
+
+impl KvArgs {
+    pub fn policy(&self) -> Result<KvPolicy> {
+        KvPolicy::parse(
+            &self.kv,
+            PolicyParams {
+                window: self.window,
+                sinks: self.sinks,
+                budget: self.budget,
+                recent: self.recent,
+                group: self.group,
+            },
+        )
     }
 }
 

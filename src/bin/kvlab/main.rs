@@ -24,6 +24,7 @@ use cmd::attention::AttentionMapArgs;
 use cmd::bench::{BenchArgs, BenchCacheArgs};
 use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
+use cmd::eval::EvalArgs;
 use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
 use cmd::gqa::GqaArgs;
 use cmd::model::{ImportArgs, KvSizeArgs};
@@ -73,6 +74,9 @@ enum Command {
     Plot(plot::PlotArgs),
     /// MHA vs GQA vs MQA at a long context: KV bytes, decode time, attention's share.
     Gqa(GqaArgs),
+    /// Score a text teacher-forced with a KV policy (full, int8, int4, int4-per-token, window,
+    /// h2o) against the full cache: perplexity, top-1 agreement, KL, KV bytes.
+    Eval(EvalArgs),
     /// Speculative decoding's premise: one verify pass over k drafts, in decode steps (k = 1..16).
     BenchVerify(BenchVerifyArgs),
     /// Speculative decoding over drafters x draft lengths on one prompt: acceptance, speedups.
@@ -95,6 +99,7 @@ fn main() {
         Command::AttentionMap(args) => cmd::attention::attention_map(args),
         Command::Plot(args) => plot::plot(args),
         Command::Gqa(args) => cmd::gqa::gqa(args),
+        Command::Eval(args) => cmd::eval::eval(args),
         Command::BenchVerify(args) => cmd::speculative::bench_verify(args),
         Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),
     };

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod bench;
 pub mod cache;
 pub mod chat;
+pub mod eval;
 pub mod generate;
 pub mod gqa;
 pub mod model;

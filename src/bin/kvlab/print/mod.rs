@@ -11,7 +11,9 @@ use kvlab::lab::compare::Comparison;
 use kvlab::lab::shared_prompt::PrefixReport;
 use kvlab::lab::trace::TraceRow;
 
+mod eval;
 mod speculative;
+pub use eval::eval;
 pub use speculative::{spec_comparison, spec_summary, spec_sweep, verify_cost};
 
 /// `--json`: the report as one pretty-printed JSON object.

@@ -1,0 +1,64 @@
+//! `kvlab eval`: a text through the model, teacher-forced, with a KV policy against the full
+//! cache: perplexity, top-1 agreement, KL, KV bytes (book: kv-quantization.md).
+
+use crate::args::{JsonArgs, KvArgs, ModelArgs};
+use crate::print;
+use clap::Args;
+use kvlab::error::{Error, Result};
+use kvlab::lab::eval::eval as eval_text;
+use kvlab::limits::{read_text_capped, MAX_PROMPT_BYTES};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The text to score (UTF-8).
+    #[arg(long)]
+    pub text_file: PathBuf,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    /// Score only the first N tokens of the text.
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
+    #[command(flatten)]
+    pub out: JsonArgs,
+}
+
+pub fn eval(args: EvalArgs) -> Result<()> {
+    // The policy first: a misspelt --kv fails before the model loads.
+    let policy = args.kv.policy()?;
+    if args.max_tokens == Some(0) {
+        return Err(Error::InvalidArgument(
+            "--max-tokens 0 leaves nothing to score: give at least 2".into(),
+        ));
+    }
+    let text = read_text_capped(&args.text_file, MAX_PROMPT_BYTES, "text file")?;
+    if text.trim().is_empty() {
+        return Err(Error::InvalidFile {
+            path: args.text_file.clone(),
+            msg: "the text file is empty: give a text of at least 2 tokens".into(),
+        });
+    }
+    if args.model.random_weights {
+        return Err(Error::InvalidArgument(
+            "kvlab eval scores a text and needs the model's tokenizer: drop --random-weights and give --model DIR".into(),
+        ));
+    }
+    let loaded = args.model.load(0, true)?;
+    let tokenizer = loaded
+        .tokenizer
+        .as_ref()
+        .expect("loaded with its tokenizer");
+    let mut ids = tokenizer.encode(&text)?;
+    if let Some(max) = args.max_tokens {
+        ids.truncate(max);
+    }
+    let report = eval_text(&loaded.model, &ids, policy)?;
+    if args.out.json {
+        print::json(&report)
+    } else {
+        print::eval(&report);
+        Ok(())
+    }
+}

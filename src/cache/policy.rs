@@ -1,0 +1,166 @@
+//! What the cache keeps, and how precisely: the `--kv` policies of part "Shrinking the
+//! cache" (book: kv-quantization.md, eviction.md).
+//!
+//! A *layout* (`--cache`: preallocated, growable, paged, prefix) says **where** K and V
+//! live; a *policy* says **what** is kept of them:
+//!
+//! | `--kv` | policy | keeps |
+//! |---|---|---|
+//! | `full` | [`KvPolicy::Full`] | every position, f32 |
+//! | `int8` | [`KvPolicy::Int8`] | every position, int8 with one scale per token per head |
+//! | `int4` | [`KvPolicy::Int4Kivi`] | every position, int4: keys per channel, values per token (KIVI) |
+//! | `int4-per-token` | [`KvPolicy::Int4PerToken`] | every position, int4: keys *and* values per token |
+//! | `window` | [`KvPolicy::Window`] | `window` positions: the first `sinks` and the latest |
+//! | `h2o` | [`KvPolicy::H2o`] | `budget` positions: the heaviest hitters and the `recent` last |
+//!
+//! The quantized policies change *how precisely* attention sees each position, the
+//! eviction policies *which* positions it sees; every one of them is measured the same
+//! way by `kvlab eval` (`src/lab/eval.rs`).
+
+use crate::cache::h2o::check_budget;
+use crate::cache::window::check_window;
+use crate::cache::{H2oCache, KvStore, PreallocatedCache, WindowCache};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use serde::Serialize;
+
+/// Channels (per-token scales) or tokens (per-channel scales) sharing one int4 scale when
+/// none is given: KIVI's G = 32 (Liu et al. 2024, §4).
+pub const DEFAULT_GROUP: usize = 32;
+
+// ANCHOR: kv_policy
+/// What the cache keeps of each position's K and V, and in what precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "policy", rename_all = "kebab-case")]
+pub enum KvPolicy {
+    /// Every position in f32: the reference.
+    Full,
+    /// Every position in int8, symmetric, one f32 scale per token per KV head.
+    Int8,
+    /// Every position in int4 (zero point + scale), keys and values both per token, in
+    /// groups of `group` channels: the naive choice, measured against KIVI's.
+    Int4PerToken { group: usize },
+    /// KIVI (Liu et al. 2024): keys per *channel* over groups of `group` tokens (the
+    /// last, unfilled group kept in f32), values per token in groups of `group` channels.
+    Int4Kivi { group: usize },
+    /// A sliding window of `window` positions: the first `sinks` (attention sinks, Xiao
+    /// et al. 2024) and the latest `window - sinks` (`src/cache/window.rs`).
+    Window { window: usize, sinks: usize },
+    /// Heavy-hitter oracle (Zhang et al. 2023): `budget` positions, the `recent` last ones
+    /// and those with the largest accumulated attention.
+    H2o { budget: usize, recent: usize },
+}
+// ANCHOR_END: kv_policy
+
+/// The `--kv` names, in the order of the table above.
+pub const POLICY_NAMES: [&str; 6] = ["full", "int8", "int4", "int4-per-token", "window", "h2o"];
+
+/// The numbers a policy may take from the command line; each policy reads its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PolicyParams {
+    /// `--window W`: recent positions a sliding window keeps.
+    pub window: Option<usize>,
+    /// `--sinks S`: first positions a sliding window always keeps.
+    pub sinks: Option<usize>,
+    /// `--budget TOKENS`: positions H2O keeps.
+    pub budget: Option<usize>,
+    /// `--recent R`: of H2O's budget, the most recent positions.
+    pub recent: Option<usize>,
+    /// `--group G`: int4 quantization group (channels, or tokens for KIVI's keys).
+    pub group: Option<usize>,
+}
+
+impl KvPolicy {
+    /// The policy `--kv NAME` names, with its numbers from `params`. An unknown name is
+    /// an error listing the known ones.
+    pub fn parse(name: &str, params: PolicyParams) -> Result<KvPolicy> {
+        let group = params.group.unwrap_or(DEFAULT_GROUP);
+        let policy = match name {
+            "full" => KvPolicy::Full,
+            "int8" => KvPolicy::Int8,
+            "int4" | "int4-kivi" => KvPolicy::Int4Kivi { group },
+            "int4-per-token" => KvPolicy::Int4PerToken { group },
+            "window" => KvPolicy::Window {
+                window: params.window.ok_or_else(|| {
+                    Error::InvalidArgument(
+                        "--kv window needs --window W: the recent positions to keep".into(),
+                    )
+                })?,
+                sinks: params.sinks.unwrap_or(0),
+            },
+            "h2o" => {
+                let budget = params.budget.ok_or_else(|| {
+                    Error::InvalidArgument(
+                        "--kv h2o needs --budget TOKENS: the positions to keep".into(),
+                    )
+                })?;
+                KvPolicy::H2o {
+                    budget,
+                    recent: params.recent.unwrap_or(budget / 2),
+                }
+            }
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "unknown KV policy `{other}`: use one of {}",
+                    POLICY_NAMES.join(", ")
+                )))
+            }
+        };
+        // A window or budget that cannot work fails here, before a model loads.
+        match policy {
+            KvPolicy::Window { window, sinks } => check_window(window, sinks)?,
+            KvPolicy::H2o { budget, recent } => check_budget(budget, recent)?,
+            _ => {}
+        }
+        Ok(policy)
+    }
+
+    /// The `--kv` name of this policy.
+    pub fn name(&self) -> &'static str {
+        match self {
+            KvPolicy::Full => "full",
+            KvPolicy::Int8 => "int8",
+            KvPolicy::Int4Kivi { .. } => "int4",
+            KvPolicy::Int4PerToken { .. } => "int4-per-token",
+            KvPolicy::Window { .. } => "window",
+            KvPolicy::H2o { .. } => "h2o",
+        }
+    }
+
+    /// A short label with the policy's numbers, for tables and file names:
+    /// `int4-g32`, `window-w256-s4`.
+    pub fn label(&self) -> String {
+        match *self {
+            KvPolicy::Full | KvPolicy::Int8 => self.name().into(),
+            KvPolicy::Int4Kivi { group } | KvPolicy::Int4PerToken { group } => {
+                format!("{}-g{group}", self.name())
+            }
+            KvPolicy::Window { window, sinks } => format!("window-w{window}-s{sinks}"),
+            KvPolicy::H2o { budget, recent } => format!("h2o-b{budget}-r{recent}"),
+        }
+    }
+
+    /// True when attention sees every position exactly as computed: the full cache, whose
+    /// prefill gives the same logits as token-by-token decoding (`tests/eval.rs`).
+    pub fn is_exact(&self) -> bool {
+        matches!(self, KvPolicy::Full)
+    }
+}
+
+// ANCHOR: policy_store
+/// A cache for one sequence of up to `capacity` positions, keeping what `policy` says.
+pub fn new_policy_store(
+    config: &Config,
+    policy: KvPolicy,
+    capacity: usize,
+) -> Result<Box<dyn KvStore>> {
+    match policy {
+        KvPolicy::Full => Ok(Box::new(PreallocatedCache::new(config, capacity)?)),
+        KvPolicy::Int8 | KvPolicy::Int4PerToken { .. } | KvPolicy::Int4Kivi { .. } => Ok(Box::new(
+            crate::cache::quant::QuantCache::new(config, policy, capacity)?,
+        )),
+        KvPolicy::Window { window, sinks } => Ok(Box::new(WindowCache::new(config, window, sinks)?)),
+        KvPolicy::H2o { budget, recent } => Ok(Box::new(H2oCache::new(config, budget, recent)?)),
+    }
+}
+// ANCHOR_END: policy_store

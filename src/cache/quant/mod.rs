@@ -1,0 +1,230 @@
+//! Quantized KV caches: int8 and int4 codes with their scales, read by attention in place
+//! (book: kv-quantization.md, part "Shrinking the cache").
+//!
+//! f32 K and V cost `2 x layers x kv_dim x 4` bytes per token. Stored as int8 with one f32
+//! scale per token per head, they cost about a quarter; as int4 with a scale and a zero
+//! point per 32 values, about a sixth (SmolLM2: 46 080 → 12 240 → 8 640 bytes per token:
+//! [`crate::kv_size::KvShape::quantized_bytes_per_token`]).
+//!
+//! | `--kv` | keys | values | file |
+//! |---|---|---|---|
+//! | `int8` | int8 per token per head | the same | `side.rs`, `codec.rs` |
+//! | `int4-per-token` | int4 per token, groups of G channels | the same | |
+//! | `int4` (KIVI) | int4 per **channel**, groups of G tokens, the last G in f32 | int4 per token | |
+//!
+//! Attention never sees an f32 copy of the cache: [`QuantRows`] dequantizes one head's
+//! `head_dim` run of one position into a small buffer inside the attention loop
+//! ([`crate::attention::KvHeads`]). Its twin, [`FakeQuantCache`] (`fake.rs`), is an f32
+//! cache holding quantized-then-dequantized values: the two give bitwise-equal logits
+//! (`tests/quant.rs`), so everything the quantized cache changes is the rounding itself.
+//!
+//! Contiguous and preallocated only: the paged pool stores f32 blocks (a quantized block
+//! pool would hold codes and scales per block the same way; not built).
+
+pub mod codec;
+mod fake;
+mod side;
+
+pub use fake::FakeQuantCache;
+pub use side::{Scheme, Side, SideRows};
+
+use crate::attention::{KvHeads, KvView};
+use crate::cache::policy::KvPolicy;
+use crate::cache::KvStore;
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// The key and value schemes of a quantized policy, checked against the model's heads.
+pub fn schemes(config: &Config, policy: KvPolicy) -> Result<(Scheme, Scheme)> {
+    let head_dim = config.head_dim();
+    let check_group = |group: usize| -> Result<usize> {
+        if group == 0 || head_dim % group != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "--group {group} does not divide head_dim {head_dim}: a quantization group must tile each head; use a divisor of {head_dim} such as {}",
+                largest_divisor_up_to(head_dim, 32)
+            )));
+        }
+        Ok(group)
+    };
+    if head_dim % 2 != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "head_dim {head_dim} is odd: int4 codes are packed two a byte per head; quantized caches need an even head_dim"
+        )));
+    }
+    Ok(match policy {
+        KvPolicy::Int8 => {
+            let per_head = Scheme::Int8PerToken { group: head_dim };
+            (per_head, per_head)
+        }
+        KvPolicy::Int4PerToken { group } => {
+            let s = Scheme::Int4PerToken {
+                group: check_group(group)?,
+            };
+            (s, s)
+        }
+        KvPolicy::Int4Kivi { group } => {
+            let group = check_group(group)?;
+            (
+                Scheme::Int4PerChannel { group },
+                Scheme::Int4PerToken { group },
+            )
+        }
+        other => {
+            return Err(Error::Internal(format!(
+                "--kv {} is not a quantized policy",
+                other.name()
+            )))
+        }
+    })
+}
+
+fn largest_divisor_up_to(n: usize, cap: usize) -> usize {
+    (1..=cap.min(n)).rev().find(|d| n % d == 0).unwrap_or(1)
+}
+
+// ANCHOR: quant_cache
+/// A preallocated cache of `capacity` positions whose K and V are stored quantized.
+pub struct QuantCache {
+    keys: Side,
+    values: Side,
+    policy: KvPolicy,
+    len: usize,
+    capacity: usize,
+    kv_dim: usize,
+    n_layers: usize,
+}
+// ANCHOR_END: quant_cache
+
+impl QuantCache {
+    pub fn new(config: &Config, policy: KvPolicy, capacity: usize) -> Result<QuantCache> {
+        let (key_scheme, value_scheme) = schemes(config, policy)?;
+        let kv_dim = config.n_kv_heads() * config.head_dim();
+        let n_layers = config.num_hidden_layers;
+        Ok(QuantCache {
+            keys: Side::new(key_scheme, n_layers, capacity, kv_dim)?,
+            values: Side::new(value_scheme, n_layers, capacity, kv_dim)?,
+            policy,
+            len: 0,
+            capacity,
+            kv_dim,
+            n_layers,
+        })
+    }
+
+    pub fn policy(&self) -> KvPolicy {
+        self.policy
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+impl KvStore for QuantCache {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
+        if self.len + tokens.len() > self.capacity {
+            return Err(Error::CacheFull {
+                capacity: self.capacity,
+                used: self.len,
+                requested: tokens.len(),
+            });
+        }
+        Ok(())
+    }
+    fn write(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        let n = k.len() / self.kv_dim;
+        if layer >= self.n_layers || self.len + n > self.capacity {
+            return Err(Error::Internal(format!(
+                "layer {layer}, positions {}..{} written in a quantized cache of {} layers and {} positions",
+                self.len,
+                self.len + n,
+                self.n_layers,
+                self.capacity
+            )));
+        }
+        self.keys.write(layer, self.len, k);
+        self.values.write(layer, self.len, v);
+        Ok(())
+    }
+    fn read(&self, layer: usize, end: usize) -> KvView<'_> {
+        KvView::Quantized(QuantRows {
+            keys: self.keys.rows(layer, end),
+            values: self.values.rows(layer, end),
+        })
+    }
+    fn advance(&mut self, n: usize) {
+        self.len += n;
+    }
+    fn truncate(&mut self, len: usize) {
+        let new_len = self.len.min(len);
+        self.keys.truncate(self.len, new_len);
+        self.values.truncate(self.len, new_len);
+        self.len = new_len;
+    }
+    fn bytes_reserved(&self) -> usize {
+        self.keys.bytes_reserved() + self.values.bytes_reserved()
+    }
+    fn bytes_used(&self) -> usize {
+        self.keys.bytes_used(self.len) + self.values.bytes_used(self.len)
+    }
+}
+
+// ANCHOR: quant_rows
+/// One layer of a quantized cache, for attention: each `head_dim` run is dequantized
+/// into the caller's buffer when attention asks for it, with the codec's one formula.
+pub struct QuantRows<'a> {
+    pub keys: SideRows<'a>,
+    pub values: SideRows<'a>,
+}
+
+impl KvHeads for QuantRows<'_> {
+    #[inline]
+    fn key_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        scratch: &'s mut [f32],
+    ) -> &'s [f32] {
+        self.keys
+            .dequantize(j, kv_head * head_dim, head_dim, scratch);
+        &scratch[..head_dim]
+    }
+    #[inline]
+    fn value_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        scratch: &'s mut [f32],
+    ) -> &'s [f32] {
+        self.values
+            .dequantize(j, kv_head * head_dim, head_dim, scratch);
+        &scratch[..head_dim]
+    }
+}
+// ANCHOR_END: quant_rows
+
+// ANCHOR: quant_bytes
+/// Bytes a [`QuantCache`] of `capacity` positions reserves: per layer, each side's codes
+/// and scales, and for KIVI's per-channel keys the f32 residual of `group` rows.
+pub fn reserved_bytes(config: &Config, policy: KvPolicy, capacity: usize) -> Result<usize> {
+    let (key_scheme, value_scheme) = schemes(config, policy)?;
+    let kv_dim = config.n_kv_heads() * config.head_dim();
+    let side = |scheme: Scheme| -> usize {
+        let group = scheme.group();
+        let f32s = size_of::<f32>();
+        match scheme {
+            Scheme::Int8PerToken { .. } => capacity * (kv_dim + kv_dim / group * f32s),
+            Scheme::Int4PerToken { .. } => capacity * (kv_dim / 2 + kv_dim / group * 2 * f32s),
+            Scheme::Int4PerChannel { .. } => {
+                capacity * kv_dim / 2 + capacity / group * kv_dim * 2 * f32s + group * kv_dim * f32s
+            }
+        }
+    };
+    Ok(config.num_hidden_layers * (side(key_scheme) + side(value_scheme)))
+}
+// ANCHOR_END: quant_bytes

@@ -1,0 +1,176 @@
+//! `kvlab eval`: what a KV policy costs in accuracy, and what it saves in memory
+//! (book: kv-quantization.md, eviction.md; part "Shrinking the cache").
+//!
+//! The text is run through the model *teacher-forced*: at each position the model sees the
+//! true text so far and predicts the next token. Two runs over the same tokens:
+//!
+//! - the **full cache**, the reference: one prefill of the whole text. Its logits are those
+//!   of token-by-token decoding, bit for bit (the cached path's promise; `tests/eval.rs`);
+//! - the **policy**: token by token, exactly as generation would feed it, so that a cache
+//!   that rounds or forgets does so at every step as it would when generating.
+//!
+//! Per position `i` (predicting token `i + 1`), with `p` the full cache's next-token
+//! distribution and `q` the policy's:
+//! - perplexity `= exp(mean(-log q(x_{i+1})))` (the policy's; the full one is reported too);
+//! - top-1 agreement: `argmax q == argmax p`;
+//! - `KL(p || q) = Σ_v p_v (log p_v - log q_v)`, in nats: what the policy's rounding or
+//!   forgetting changes in the whole distribution, not only at the true token.
+
+use crate::cache::{new_policy_store, KvPolicy, KvStore, PreallocatedCache};
+use crate::error::{Error, Result};
+use crate::model::{KvSource, Model};
+use crate::simd::WeightElem;
+use serde::Serialize;
+
+// ANCHOR: report
+/// What `kvlab eval` measures for one policy on one text.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    /// The `--kv` name (`int4`), and a label with its numbers (`int4-g32`).
+    pub kv: String,
+    pub label: String,
+    pub policy: KvPolicy,
+    /// Tokens of text evaluated; `n_tokens - 1` of them are predicted.
+    pub n_tokens: usize,
+    /// The policy's perplexity on the text.
+    pub perplexity: f64,
+    /// The full cache's perplexity on the same tokens (the reference).
+    pub full_perplexity: f64,
+    /// Fraction of positions whose most likely next token is the full cache's.
+    pub top1_agreement: f64,
+    /// Mean over positions of KL(full || policy), in nats.
+    pub mean_kl: f64,
+    /// Largest KL(full || policy) at one position.
+    pub max_kl: f64,
+    /// Peak bytes the policy's cache reserved (a real allocation, for `n_tokens` positions).
+    pub kv_cache_bytes: usize,
+    /// The same for the full f32 cache.
+    pub full_kv_cache_bytes: usize,
+    /// `kv_cache_bytes / full_kv_cache_bytes`.
+    pub kv_bytes_ratio: f64,
+    /// True when the policy ran token by token (every policy but the full cache).
+    pub token_by_token: bool,
+}
+// ANCHOR_END: report
+
+/// The log-probabilities of `logits`, in f64 (log-sum-exp with the max subtracted).
+fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
+    let sum: f64 = logits.iter().map(|&x| (x as f64 - max).exp()).sum();
+    let log_z = max + sum.ln();
+    logits.iter().map(|&x| x as f64 - log_z).collect()
+}
+
+/// Index of the largest logit (the first, on ties).
+fn argmax(logits: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in logits.iter().enumerate() {
+        if x > logits[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Accumulates the per-position figures.
+#[derive(Default)]
+struct Totals {
+    nll: f64,
+    full_nll: f64,
+    agree: usize,
+    kl: f64,
+    max_kl: f64,
+    n: usize,
+}
+
+impl Totals {
+    /// One position: the full cache's logits, the policy's, and the true next token.
+    fn add(&mut self, full: &[f32], policy: &[f32], next: u32) -> Result<()> {
+        let (log_p, log_q) = (log_softmax(full), log_softmax(policy));
+        let next = next as usize;
+        let kl: f64 = log_p
+            .iter()
+            .zip(&log_q)
+            .map(|(&lp, &lq)| lp.exp() * (lp - lq))
+            .sum();
+        if !kl.is_finite() || !log_q[next].is_finite() {
+            return Err(Error::NonFinite(format!(
+                "position {}: the logits are not finite (KL {kl}): the model or cache produced NaN/inf",
+                self.n
+            )));
+        }
+        self.nll -= log_q[next];
+        self.full_nll -= log_p[next];
+        self.agree += usize::from(argmax(full) == argmax(policy));
+        self.kl += kl;
+        self.max_kl = self.max_kl.max(kl);
+        self.n += 1;
+        Ok(())
+    }
+}
+
+// ANCHOR: eval
+/// Evaluates `policy` on `ids` (teacher-forced), against the full cache.
+pub fn eval<E: WeightElem>(model: &Model<E>, ids: &[u32], policy: KvPolicy) -> Result<EvalReport> {
+    let n = ids.len();
+    if n < 2 {
+        return Err(Error::InvalidArgument(format!(
+            "the text is {n} token(s) long: perplexity needs at least 2 (one to read, one to predict); give a longer text"
+        )));
+    }
+    let context = model.config.max_position_embeddings;
+    if n > context {
+        return Err(Error::PromptTooLong {
+            prompt_len: n,
+            max_seq_len: context,
+        });
+    }
+    // The reference: the whole text in one prefill, the hidden state of every position.
+    let mut full_cache = PreallocatedCache::new(&model.config, n)?;
+    let hidden = model.forward_hidden(ids, &mut KvSource::Cache(&mut full_cache))?; // [n, dim]
+    let full_logits = |i: usize| model.logits(hidden.row(i).as_slice().expect("contiguous"));
+
+    // The policy: token by token, as generation feeds it (the full cache needs no second run).
+    let mut store = if policy.is_exact() {
+        None
+    } else {
+        Some(new_policy_store(&model.config, policy, n)?)
+    };
+    let mut totals = Totals::default();
+    let mut peak_bytes = store.as_ref().map_or(0, |s| s.bytes_reserved());
+    for i in 0..n - 1 {
+        let full = full_logits(i);
+        let policy_logits = match store.as_mut() {
+            Some(store) => {
+                let logits = model.forward(&ids[i..=i], KvSource::Cache(store.as_mut()))?;
+                peak_bytes = peak_bytes.max(store.bytes_reserved());
+                logits
+            }
+            None => full.clone(),
+        };
+        totals.add(&full, &policy_logits, ids[i + 1])?;
+    }
+    let full_bytes = full_cache.bytes_reserved();
+    let kv_cache_bytes = if store.is_some() {
+        peak_bytes
+    } else {
+        full_bytes
+    };
+    let count = totals.n as f64;
+    Ok(EvalReport {
+        kv: policy.name().into(),
+        label: policy.label(),
+        policy,
+        n_tokens: n,
+        perplexity: (totals.nll / count).exp(),
+        full_perplexity: (totals.full_nll / count).exp(),
+        top1_agreement: totals.agree as f64 / count,
+        mean_kl: totals.kl / count,
+        max_kl: totals.max_kl,
+        kv_cache_bytes,
+        full_kv_cache_bytes: full_bytes,
+        kv_bytes_ratio: kv_cache_bytes as f64 / full_bytes as f64,
+        token_by_token: store.is_some(),
+    })
+}
+// ANCHOR_END: eval
