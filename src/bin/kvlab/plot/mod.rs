@@ -7,12 +7,14 @@
 //! the library only measures. One file per family of figures: `timing.rs` (bench,
 //! compare, roofline), `memory.rs` (KV bytes, layouts, capacity, prefix, multi-turn),
 //! `attention.rs` (the attention map and the attention sink), `speculative.rs` (speedup
-//! and acceptance against the draft length); `chart.rs` is the shared
+//! and acceptance against the draft length), `pareto.rs` (every KV policy's accuracy
+//! against its bytes, and a window's flat step cost); `chart.rs` is the shared
 //! line chart.
 
 mod attention;
 pub mod chart;
 mod memory;
+pub mod pareto;
 mod speculative;
 mod timing;
 
@@ -101,6 +103,16 @@ const FIGURES: &[Figure] = &[
         name: "attention_sink",
         inputs: &["attention.json"],
         draw: attention::attention_sink,
+    },
+    Figure {
+        name: "eval_pareto",
+        inputs: &["eval_pareto.jsonl"],
+        draw: pareto::eval_pareto,
+    },
+    Figure {
+        name: "evict_speed",
+        inputs: &["eval_evict_speed.json"],
+        draw: pareto::evict_speed,
     },
     Figure {
         name: "spec_sweep_fix_typos",

@@ -12,8 +12,10 @@ use kvlab::lab::shared_prompt::PrefixReport;
 use kvlab::lab::trace::TraceRow;
 
 mod eval;
+mod evict;
 mod speculative;
 pub use eval::eval;
+pub use evict::{eval_table, evict_speed};
 pub use speculative::{spec_comparison, spec_summary, spec_sweep, verify_cost};
 
 /// `--json`: the report as one pretty-printed JSON object.
