@@ -1,1 +1,2 @@
 kvlab eval --model models/smollm2-135m-instruct --text-file tests/fixtures/eval/gpl-3-head.txt --max-tokens 1024 --kv full --json
+kvlab eval --model models/smollm2-135m-instruct --text-file tests/fixtures/eval/gpl-3-head.txt --max-tokens 1024 --kv int8 --json
