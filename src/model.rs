@@ -164,12 +164,14 @@ impl<E: WeightElem> Model<E> {
         if let KvSource::Cache(cache) = kv {
             cache.prepare(tokens)?;
         }
+        // ANCHOR: rows_before
         // Rows attention reads before this pass's first token: `start_pos`, unless the
         // cache evicts (a window, H2O), in which case `prepare` has just made room.
         let (rows_before, observe) = match kv {
             KvSource::ThisPass => (0, false),
             KvSource::Cache(cache) => (cache.rows_held(), cache.observes_attention()),
         };
+        // ANCHOR_END: rows_before
 
         // Token embedding: row `token` of the table.        x: [n, dim]
         let mut x = Array2::<f32>::zeros((n, dim));
@@ -249,10 +251,12 @@ impl<E: WeightElem> Model<E> {
                 ops::add_inplace(x_s, &linear(&gate, &layer.w_down));
                 received
             });
+            // ANCHOR: observe
             // H2O's hook: the attention each row received (empty unless asked for).
             if let (KvSource::Cache(cache), true) = (&mut *kv, observe) {
                 cache.observe(l, &received);
             }
+            // ANCHOR_END: observe
         }
         if let KvSource::Cache(cache) = kv {
             cache.advance(n);

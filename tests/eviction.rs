@@ -251,7 +251,10 @@ fn memory_stays_bounded_whatever_the_text_length() {
     assert_eq!(window.len(), 200);
     assert_eq!(window.positions(), [0, 1, 194, 195, 196, 197, 198, 199]);
     assert_eq!(full.bytes_used(), 200 * per_token);
-    assert!(differ > 300, "only {differ} of 400 steps differ from the full cache");
+    assert!(
+        differ > 300,
+        "only {differ} of 400 steps differ from the full cache"
+    );
 }
 
 /// A window, a budget or sinks that cannot work: a one-line error naming the fix.
@@ -271,7 +274,15 @@ fn bad_shapes_are_one_line_errors() {
             "a recent window of 5 does not fit",
         ),
         (
-            MaskedCache::new(&c, 8, MaskRule::Window { window: 3, sinks: 3 }).err(),
+            MaskedCache::new(
+                &c,
+                8,
+                MaskRule::Window {
+                    window: 3,
+                    sinks: 3,
+                },
+            )
+            .err(),
             "3 sinks leave no room",
         ),
     ];

@@ -129,7 +129,10 @@ impl H2oCache {
             // brings at most `budget` tokens); a deep `truncate` may not, and then
             // takes the lowest scores of the recent window too.
             let candidates = rows.positions.partition_point(|&p| p < protected).max(need);
-            for r in choose_evictions(&rows.scores, candidates, need).into_iter().rev() {
+            for r in choose_evictions(&rows.scores, candidates, need)
+                .into_iter()
+                .rev()
+            {
                 rows.free.push(rows.slots.remove(r));
                 rows.positions.remove(r);
                 rows.scores.remove(r);
@@ -202,9 +205,10 @@ impl KvStore for H2oCache {
         let layer_start = layer * self.budget * self.kv_dim;
         let rows = &mut self.layers[layer];
         for i in 0..n {
-            let slot = rows.free.pop().ok_or_else(|| {
-                Error::Internal("H2O cache: no free slot after eviction".into())
-            })?;
+            let slot = rows
+                .free
+                .pop()
+                .ok_or_else(|| Error::Internal("H2O cache: no free slot after eviction".into()))?;
             rows.slots.push(slot);
             rows.positions.push(self.next_pos + i);
             rows.scores.push(0.0);
@@ -217,7 +221,8 @@ impl KvStore for H2oCache {
     }
 
     fn read(&self, layer: usize, end: usize) -> KvView<'_> {
-        let layer_slots = layer * self.budget * self.kv_dim..(layer + 1) * self.budget * self.kv_dim;
+        let layer_slots =
+            layer * self.budget * self.kv_dim..(layer + 1) * self.budget * self.kv_dim;
         KvView::Indexed(Indexed {
             store: Contiguous::new(
                 &self.k_cache[layer_slots.clone()],

@@ -159,7 +159,9 @@ pub fn new_policy_store(
         KvPolicy::Int8 | KvPolicy::Int4PerToken { .. } | KvPolicy::Int4Kivi { .. } => Ok(Box::new(
             crate::cache::quant::QuantCache::new(config, policy, capacity)?,
         )),
-        KvPolicy::Window { window, sinks } => Ok(Box::new(WindowCache::new(config, window, sinks)?)),
+        KvPolicy::Window { window, sinks } => {
+            Ok(Box::new(WindowCache::new(config, window, sinks)?))
+        }
         KvPolicy::H2o { budget, recent } => Ok(Box::new(H2oCache::new(config, budget, recent)?)),
     }
 }

@@ -168,7 +168,8 @@ impl KvStore for WindowCache {
 
     fn read(&self, layer: usize, end: usize) -> KvView<'_> {
         debug_assert!(end <= self.rows + self.pending);
-        let layer_slots = layer * self.window * self.kv_dim..(layer + 1) * self.window * self.kv_dim;
+        let layer_slots =
+            layer * self.window * self.kv_dim..(layer + 1) * self.window * self.kv_dim;
         KvView::Ring(Ring {
             keys: &self.k_cache[layer_slots.clone()],
             values: &self.v_cache[layer_slots],

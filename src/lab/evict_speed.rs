@@ -59,7 +59,9 @@ fn step_cost<E: WeightElem>(
     }
     let ms = median_ms(reps, || {
         let token = tokens.next().unwrap_or(0);
-        model.forward(&[token], KvSource::Cache(&mut *cache)).map(|_| ())
+        model
+            .forward(&[token], KvSource::Cache(&mut *cache))
+            .map(|_| ())
     })?;
     // After a step, the rows held are those its attention read.
     Ok((ms, cache.rows_held()))

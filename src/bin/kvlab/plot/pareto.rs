@@ -90,7 +90,10 @@ pub fn eval_pareto(data: &Data) -> DrawResult<(String, String)> {
     let full_ppl = rows[0].full_perplexity;
     let max_ppl = rows.iter().map(|r| r.perplexity).fold(full_ppl, f64::max);
     let mut ppl_series = points(|r| r.perplexity);
-    let x_max = rows.iter().map(|r| r.kv_cache_bytes as f64 / MIB).fold(0.0, f64::max);
+    let x_max = rows
+        .iter()
+        .map(|r| r.kv_cache_bytes as f64 / MIB)
+        .fold(0.0, f64::max);
     ppl_series.push(Series::new(
         "",
         GREY,

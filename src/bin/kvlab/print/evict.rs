@@ -32,7 +32,9 @@ pub fn evict_speed(r: &EvictSpeedReport) {
 // ANCHOR: eval_table
 /// Every policy's bytes and accuracy against the full cache, as a Markdown table.
 pub fn eval_table(rows: &[ParetoRow]) {
-    outln!("| policy | KV cache | of full | perplexity | vs full | top-1 agreement | mean KL (nats) |");
+    outln!(
+        "| policy | KV cache | of full | perplexity | vs full | top-1 agreement | mean KL (nats) |"
+    );
     outln!("|---|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         outln!(
