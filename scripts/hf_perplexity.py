@@ -23,6 +23,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="models/smollm2-135m-instruct")
     ap.add_argument("--text-file", default="tests/fixtures/eval/apache-2.0-head.txt")
+    ap.add_argument(
+        "--ids-json",
+        help="also score these token ids (a JSON list: kvlab's tokenization of the text), "
+        "so the model's arithmetic is compared even where the two tokenizers differ",
+    )
     args = ap.parse_args()
 
     torch.set_grad_enabled(False)
@@ -33,26 +38,33 @@ def main():
     with open(args.text_file, encoding="utf-8") as f:
         text = f.read()
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    report = {
+        "model": args.model,
+        "text_file": args.text_file,
+        "torch": torch.__version__,
+        "transformers": __import__("transformers").__version__,
+        "hf_tokens": score(model, ids),
+    }
+    if args.ids_json:
+        with open(args.ids_json, encoding="utf-8") as f:
+            given = json.load(f)
+        report["given_ids"] = score(model, given)
+        report["given_ids"]["ids_file"] = args.ids_json
+        report["same_tokenization"] = given == ids
+    print(json.dumps(report, indent=2))
+
+
+def score(model, ids):
+    """Perplexity of `ids`: transformers' own loss, and the same in float64 from the logits."""
     input_ids = torch.tensor([ids])
     out = model(input_ids=input_ids, labels=input_ids)
-    # The same figure computed by hand in float64 from the logits, as kvlab does.
     logits = out.logits[0, :-1].double()
     nll = torch.nn.functional.cross_entropy(logits, input_ids[0, 1:], reduction="mean")
-    print(
-        json.dumps(
-            {
-                "model": args.model,
-                "text_file": args.text_file,
-                "n_tokens": len(ids),
-                "perplexity": math.exp(nll.item()),
-                "perplexity_hf_loss": math.exp(out.loss.item()),
-                "first_ids": ids[:16],
-                "torch": torch.__version__,
-                "transformers": __import__("transformers").__version__,
-            },
-            indent=2,
-        )
-    )
+    return {
+        "n_tokens": len(ids),
+        "perplexity": math.exp(nll.item()),
+        "perplexity_hf_loss": math.exp(out.loss.item()),
+    }
 
 
 if __name__ == "__main__":

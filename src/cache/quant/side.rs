@@ -122,21 +122,22 @@ impl Side {
         self.codes.len() + (self.scales.len() + self.residual.len()) * size_of::<f32>()
     }
 
-    /// Bytes that hold `len` live positions: the codes and scales of every quantized
+    /// Bytes (all layers) that hold `len` live positions: the codes and scales of every quantized
     /// position, and (per channel) the f32 rows still waiting in the residual.
     pub fn bytes_used(&self, len: usize) -> usize {
         let kv_dim = self.kv_dim;
         let (group, fpg) = (self.scheme.group(), self.scheme.floats_per_group());
         let float = size_of::<f32>();
-        match self.scheme {
-            Scheme::Int4PerChannel { .. } => {
-                let full = len / group;
-                full * group * self.scheme.code_bytes(kv_dim)
-                    + full * kv_dim * fpg * float
-                    + (len - full * group) * kv_dim * float
+        self.n_layers
+            * match self.scheme {
+                Scheme::Int4PerChannel { .. } => {
+                    let full = len / group;
+                    full * group * self.scheme.code_bytes(kv_dim)
+                        + full * kv_dim * fpg * float
+                        + (len - full * group) * kv_dim * float
+                }
+                _ => len * (self.scheme.code_bytes(kv_dim) + kv_dim / group * fpg * float),
             }
-            _ => len * (self.scheme.code_bytes(kv_dim) + kv_dim / group * fpg * float),
-        }
     }
 
     // ANCHOR: write
