@@ -66,7 +66,19 @@ pub struct Cached<'a, C: KvStore = PreallocatedCache, E: WeightElem = f32> {
 
 impl<C: KvStore, E: WeightElem> Decoder for Cached<'_, C, E> {
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
-        self.model.forward(prompt, KvSource::Cache(&mut self.cache))
+        // One pass, unless the cache evicts and takes fewer tokens at once (a window,
+        // H2O: book eviction.md); then chunks, the logits of the last one.
+        let mut rest = prompt;
+        loop {
+            let n = rest.len().min(self.cache.max_pass_tokens().max(1));
+            let logits = self
+                .model
+                .forward(&rest[..n], KvSource::Cache(&mut self.cache))?;
+            rest = &rest[n..];
+            if rest.is_empty() {
+                return Ok(logits);
+            }
+        }
     }
     fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         self.model

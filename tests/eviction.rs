@@ -78,7 +78,6 @@ fn run_twins<C: KvStore + Kept>(
     ops: &[Op],
     evicting: &mut C,
     twin: &mut MaskedCache,
-    pass_limit: impl Fn(&C) -> usize,
 ) -> Result<usize, TestCaseError> {
     let layers = model.config.num_hidden_layers;
     let mut most_rows = 0;
@@ -86,7 +85,8 @@ fn run_twins<C: KvStore + Kept>(
         match *op {
             Op::Feed(n) => {
                 let pos = evicting.len();
-                let n = n.min(pass_limit(evicting)).min(text.len() - pos);
+                prop_assert_eq!(evicting.max_pass_tokens(), twin.max_pass_tokens());
+                let n = n.min(evicting.max_pass_tokens()).min(text.len() - pos);
                 if n == 0 {
                     continue;
                 }
@@ -140,10 +140,7 @@ proptest! {
         let rule = MaskRule::Window { window, sinks };
         let mut cache = WindowCache::new(&model.config, window, sinks).unwrap();
         let mut twin = MaskedCache::new(&model.config, text.len(), rule).unwrap();
-        let limit = |c: &WindowCache| {
-            kvlab::cache::window::window_pass_limit(window, sinks, c.rows_held())
-        };
-        let most = run_twins(&model, &text, &ops, &mut cache, &mut twin, limit)?;
+        let most = run_twins(&model, &text, &ops, &mut cache, &mut twin)?;
         let per_token = bytes_per_token(&model.config);
         prop_assert!(most <= window);
         prop_assert_eq!(cache.bytes_reserved(), window * per_token);
@@ -176,7 +173,7 @@ proptest! {
         let rule = MaskRule::H2o { budget, recent };
         let mut cache = H2oCache::new(&model.config, budget, recent).unwrap();
         let mut twin = MaskedCache::new(&model.config, text.len(), rule).unwrap();
-        let most = run_twins(&model, &text, &ops, &mut cache, &mut twin, |_| budget)?;
+        let most = run_twins(&model, &text, &ops, &mut cache, &mut twin)?;
         let per_token = bytes_per_token(&model.config);
         prop_assert!(most <= budget);
         prop_assert_eq!(cache.bytes_reserved(), budget * per_token);
@@ -317,4 +314,33 @@ fn a_pass_too_large_is_refused_and_changes_nothing() {
         assert_eq!(cache.len(), 8);
         assert_eq!(cache.rows_held(), 6);
     }
+}
+
+/// A prompt longer than the window goes through the cached decoder's prefill in chunks
+/// (the window's `max_pass_tokens`), as `kvlab generate --kv window` feeds it; the
+/// tokens that follow equal the masked twin's.
+#[test]
+fn a_long_prompt_is_prefilled_in_chunks() {
+    use kvlab::generate::{Cached, Decoder};
+    let model = small_model();
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 5 % 64) as u32).collect();
+    let c = &model.config;
+    let mut window = Cached {
+        model: &model,
+        cache: WindowCache::new(c, 8, 2).unwrap(),
+    };
+    let rule = MaskRule::Window { window: 8, sinks: 2 };
+    let mut twin = Cached {
+        model: &model,
+        cache: MaskedCache::new(c, 48, rule).unwrap(),
+    };
+    let mut got = vec![window.prefill(&prompt).unwrap()];
+    let mut want = vec![twin.prefill(&prompt).unwrap()];
+    for t in [3, 1, 4, 1, 5] {
+        got.push(window.step(t).unwrap());
+        want.push(twin.step(t).unwrap());
+    }
+    assert_eq!(bits(&got), bits(&want));
+    assert_eq!(window.cache.len(), 45);
+    assert_eq!(window.cache.positions(), [0, 1, 39, 40, 41, 42, 43, 44]);
 }

@@ -165,6 +165,10 @@ impl KvStore for H2oCache {
         true
     }
 
+    fn max_pass_tokens(&self) -> usize {
+        self.budget
+    }
+
     // ANCHOR: h2o_observe
     /// Adds this pass's attention to each row's score (held rows, then the new ones).
     fn observe(&mut self, layer: usize, received: &[f32]) {

@@ -101,6 +101,15 @@ impl KvStore for MaskedCache {
         matches!(self.rule, MaskRule::H2o { .. })
     }
 
+    fn max_pass_tokens(&self) -> usize {
+        match self.rule {
+            MaskRule::Window { window, sinks } => {
+                window_pass_limit(window, sinks, self.kept[0].len())
+            }
+            MaskRule::H2o { budget, .. } => budget,
+        }
+    }
+
     fn observe(&mut self, layer: usize, received: &[f32]) {
         for (&p, &a) in self.kept[layer].iter().zip(received) {
             self.scores[layer][p] += a;

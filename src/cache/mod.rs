@@ -73,6 +73,12 @@ pub trait KvStore {
     /// over the pass's query rows and every query head: `[rows_held() + n]`.
     fn observe(&mut self, _layer: usize, _received: &[f32]) {}
 
+    /// The most new tokens the next forward pass may bring: an evicting cache must hold
+    /// them all beside what it never evicts (a prompt longer than that is fed in chunks).
+    fn max_pass_tokens(&self) -> usize {
+        usize::MAX
+    }
+
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -121,6 +127,9 @@ impl<S: KvStore + ?Sized> KvStore for Box<S> {
     }
     fn observe(&mut self, layer: usize, received: &[f32]) {
         (**self).observe(layer, received)
+    }
+    fn max_pass_tokens(&self) -> usize {
+        (**self).max_pass_tokens()
     }
     fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
         (**self).prepare(tokens)

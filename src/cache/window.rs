@@ -125,6 +125,10 @@ impl KvStore for WindowCache {
         self.rows
     }
 
+    fn max_pass_tokens(&self) -> usize {
+        window_pass_limit(self.window, self.sinks, self.rows)
+    }
+
     // ANCHOR: window_evict
     /// Evicts the oldest recent rows until the new tokens fit: the ring's start moves,
     /// nothing is copied. The sinks stay.

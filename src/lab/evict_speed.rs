@@ -7,7 +7,6 @@
 //! window in passes of `window - sinks`, the most it takes at once), then `reps` decode
 //! steps are timed after one warm-up; the median is reported (`lab/timing.rs`).
 
-use crate::cache::window::window_pass_limit;
 use crate::cache::{KvStore, PreallocatedCache, WindowCache};
 use crate::error::{Error, Result};
 use crate::lab::timing::{machine_name, median_ms};
@@ -49,11 +48,10 @@ fn step_cost<E: WeightElem>(
     text: &[u32],
     context: usize,
     reps: usize,
-    pass: impl Fn(&dyn KvStore) -> usize,
 ) -> Result<(f64, usize)> {
     let mut tokens = text.iter().copied().cycle();
     while cache.len() < context {
-        let n = pass(cache).min(context - cache.len());
+        let n = cache.max_pass_tokens().min(context - cache.len());
         let chunk: Vec<u32> = tokens.by_ref().take(n).collect();
         model.forward(&chunk, KvSource::Cache(cache))?;
     }
@@ -93,7 +91,7 @@ pub fn evict_speed<E: WeightElem>(
             )));
         }
         let mut full = PreallocatedCache::new(&model.config, end)?;
-        let (ms, rows) = step_cost(model, &mut full, text, context, reps, |_| usize::MAX)?;
+        let (ms, rows) = step_cost(model, &mut full, text, context, reps)?;
         points.push(StepCost {
             cache: "full".into(),
             context,
@@ -103,8 +101,7 @@ pub fn evict_speed<E: WeightElem>(
             kv_cache_bytes: full.bytes_reserved(),
         });
         let mut ring = WindowCache::new(&model.config, window, sinks)?;
-        let pass = |c: &dyn KvStore| window_pass_limit(window, sinks, c.rows_held());
-        let (ms, rows) = step_cost(model, &mut ring, text, context, reps, pass)?;
+        let (ms, rows) = step_cost(model, &mut ring, text, context, reps)?;
         points.push(StepCost {
             cache: format!("window-w{window}-s{sinks}"),
             context,
