@@ -329,7 +329,10 @@ fn a_long_prompt_is_prefilled_in_chunks() {
         model: &model,
         cache: WindowCache::new(c, 8, 2).unwrap(),
     };
-    let rule = MaskRule::Window { window: 8, sinks: 2 };
+    let rule = MaskRule::Window {
+        window: 8,
+        sinks: 2,
+    };
     let mut twin = Cached {
         model: &model,
         cache: MaskedCache::new(c, 48, rule).unwrap(),

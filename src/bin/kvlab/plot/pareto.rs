@@ -60,14 +60,14 @@ pub fn rows(reports: &[Value]) -> DrawResult<Vec<ParetoRow>> {
     Ok(rows)
 }
 
-/// The colour of a policy's family: full, quantized, window, H2O.
-fn color(kv: &str) -> plotters::style::RGBColor {
+/// A policy's family (the legend) and its colour: full, int8, int4, window, H2O.
+fn family(kv: &str) -> (&'static str, plotters::style::RGBColor) {
     match kv {
-        "full" => GREY,
-        "window" => RED,
-        "h2o" => GREEN,
-        "int8" => BLUE,
-        _ => PURPLE,
+        "full" => ("full cache (f32)", GREY),
+        "window" => ("sliding window", RED),
+        "h2o" => ("H2O", GREEN),
+        "int8" => ("int8", BLUE),
+        _ => ("int4", PURPLE),
     }
 }
 
@@ -75,15 +75,16 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 pub fn eval_pareto(data: &Data) -> DrawResult<(String, String)> {
     let rows = rows(&data.jsonl("eval_pareto.jsonl")?)?;
+    // One series per point, labelled by its note; the legend names each family once.
     let points = |key: fn(&ParetoRow) -> f64| -> Vec<Series> {
+        let mut named = Vec::new();
         rows.iter()
             .map(|r| {
                 let (x, y) = (r.kv_cache_bytes as f64 / MIB, key(r));
-                Series::new(&r.label, color(&r.kv), Style::Points, vec![(x, y)]).note(
-                    x,
-                    y,
-                    r.label.clone(),
-                )
+                let (name, color) = family(&r.kv);
+                let legend = if named.contains(&name) { "" } else { name };
+                named.push(name);
+                Series::new(legend, color, Style::Points, vec![(x, y)]).note(x, y, r.label.clone())
             })
             .collect()
     };
