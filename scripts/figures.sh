@@ -36,9 +36,11 @@ ATTENTION_HEAD=${ATTENTION_HEAD:-0}
 SPEC_DRAFTERS=${SPEC_DRAFTERS:-ngram,early-exit:20,bf16}
 SPEC_DRAFT_LENS=${SPEC_DRAFT_LENS:-1,2,4,8}
 SPEC_NEW=${SPEC_NEW:-48}
-EVAL_TEXT=${EVAL_TEXT:-tests/fixtures/eval/gpl-3-head.txt}
-EVAL_TOKENS=${EVAL_TOKENS:-1024}
-EVAL_WINDOW=${EVAL_WINDOW:-256}
+EVAL_TEXT=${EVAL_TEXT:-tests/fixtures/eval/apache-2.0-head.txt}
+EVAL_POLICIES=${EVAL_POLICIES:-full int8 int4 int4-per-token}
+PARETO_TEXT=${PARETO_TEXT:-tests/fixtures/eval/gpl-3-head.txt}
+PARETO_TOKENS=${PARETO_TOKENS:-1024}
+PARETO_WINDOW=${PARETO_WINDOW:-256}
 EVICT_CONTEXTS=${EVICT_CONTEXTS:-512,2048}
 ONLY=${ONLY:-}
 OUT=${OUT:-book/src/figures}
@@ -98,7 +100,9 @@ measure() {
         printf '%s\n' "$cmd" > "$DATA/$name.cmd"
     fi
     echo "  ($((SECONDS - t0)) s)"
+    MEASURED=$((MEASURED + 1))
 }
+MEASURED=0
 
 START=$SECONDS
 # TTFT vs prompt length, one decode step of each path at each context, both roofs.
@@ -129,20 +133,26 @@ measure kv_size_smollm2.json -- kv-size --layers 30 --kv-heads 3 --head-dim 64 -
 # (the answer copies the input) and on an open-ended one.
 measure spec_sweep_fix_typos.json -- spec-sweep --model "$MODEL" --prompt-file prompts/fix-typos.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json
 measure spec_sweep_story.json -- spec-sweep --model "$MODEL" --prompt-file prompts/story.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json
+# KV policies on one text, teacher-forced (kvlab eval): perplexity, top-1 agreement and KL
+# against the full cache, and KV bytes. One file per policy, eval_<policy>.json (dashes
+# become underscores), each one EvalReport: the eviction policies add theirs the same way.
+for kv in $EVAL_POLICIES; do
+    measure "eval_${kv//-/_}.json" -- eval --model "$MODEL" --text-file "$EVAL_TEXT" --kv "$kv" --json
+done
 # Every KV policy on the same text, teacher-forced against the full cache (the Pareto
 # figure and `kvlab eval-table`): one JSON line per policy. The window and H2O keep
-# EVAL_WINDOW positions, and H2O also 20% of the text (10% heavy + 10% recent, as H2O).
+# PARETO_WINDOW positions, and H2O also 20% of the text (10% heavy + 10% recent, as H2O).
 selected eval_pareto && rm -f "$DATA/eval_pareto.jsonl" "$DATA/eval_pareto.cmd"
-h2o_small=$((EVAL_TOKENS / 5))
+h2o_small=$((PARETO_TOKENS / 5))
 for kv in "full" "int8" "int4" "int4-per-token" \
-    "window --window $EVAL_WINDOW --sinks 0" "window --window $EVAL_WINDOW --sinks 4" \
-    "h2o --budget $EVAL_WINDOW --recent $((EVAL_WINDOW / 2))" \
+    "window --window $PARETO_WINDOW --sinks 0" "window --window $PARETO_WINDOW --sinks 4" \
+    "h2o --budget $PARETO_WINDOW --recent $((PARETO_WINDOW / 2))" \
     "h2o --budget $h2o_small --recent $((h2o_small / 2))"; do
     # shellcheck disable=SC2086 # $kv is the policy and its options, split on purpose
-    APPEND=1 measure eval_pareto.jsonl -- eval --model "$MODEL" --text-file "$EVAL_TEXT" --max-tokens "$EVAL_TOKENS" --kv $kv --json
+    APPEND=1 measure eval_pareto.jsonl -- eval --model "$MODEL" --text-file "$PARETO_TEXT" --max-tokens "$PARETO_TOKENS" --kv $kv --json
 done
 # One decode step at each context: a sliding window's cost stays flat, the full cache's grows.
-measure eval_evict_speed.json -- evict-speed --model "$MODEL" --text-file "$EVAL_TEXT" --window "$EVAL_WINDOW" --sinks 4 --contexts "$EVICT_CONTEXTS" --reps "$REPS" --json
+measure eval_evict_speed.json -- evict-speed --model "$MODEL" --text-file "$PARETO_TEXT" --window "$PARETO_WINDOW" --sinks 4 --contexts "$EVICT_CONTEXTS" --reps "$REPS" --json
 
 # When, and from which commit (the working tree may differ from it: "+dirty").
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -164,6 +174,10 @@ else
             fi
         done
     done < <("$KVLAB" plot --list)
+    if [[ ${#figures[@]} == 0 && $MEASURED -gt 0 ]]; then
+        echo "ONLY=$ONLY: data only, no figure is drawn from it"
+        exit 0
+    fi
     if [[ ${#figures[@]} == 0 ]]; then
         echo "error: ONLY=$ONLY selects no figure (see kvlab plot --list)" >&2
         exit 1

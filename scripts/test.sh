@@ -40,7 +40,7 @@ SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purel
 export LD_LIBRARY_PATH="$SITE/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CUDA_INCLUDE_DIR="$SITE/nvidia/cu13/include"
 cargo clippy --release --features cuda --all-targets -- -D warnings
-cargo test --release --features cuda --test cuda_kernels --test cuda_paths --test cuda_bench -- --nocapture 2>&1 | tee /tmp/kvlab-cuda-test.log | grep -E 'SKIPPED|compiled|test result|FAILED|panicked' || true
-[ "$(grep -c 'test result: ok' /tmp/kvlab-cuda-test.log)" -eq 3 ]
+cargo test --release --features cuda --test cuda_kernels --test cuda_paths --test cuda_bench --test cuda_quant -- --nocapture 2>&1 | tee /tmp/kvlab-cuda-test.log | grep -E 'SKIPPED|compiled|test result|FAILED|panicked' || true
+[ "$(grep -c 'test result: ok' /tmp/kvlab-cuda-test.log)" -eq 4 ]
 
 step "all checks passed"

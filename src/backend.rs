@@ -5,7 +5,8 @@
 //! Both devices give the generation loop a [`Decoder`]; everything above it — sampling,
 //! timing, the naive-vs-cached comparison — is shared. Book: naive-vs-cached.md.
 
-use crate::cache::{new_store, CacheKind, DEFAULT_BLOCK_SIZE};
+use crate::cache::{new_store, CacheKind, KvPolicy, KvStore, DEFAULT_BLOCK_SIZE};
+use crate::config::Config;
 use crate::device::{Device, GpuDtype, WeightDtype};
 use crate::error::Result;
 use crate::generate::{
@@ -21,6 +22,8 @@ pub struct CacheLayout {
     pub kind: CacheKind,
     /// Positions per block, for [`CacheKind::Paged`] and [`CacheKind::Prefix`].
     pub block_size: usize,
+    /// What the cache keeps of each position (`--kv`): f32, int8, int4, a window...
+    pub policy: KvPolicy,
 }
 
 impl Default for CacheLayout {
@@ -28,8 +31,30 @@ impl Default for CacheLayout {
         CacheLayout {
             kind: CacheKind::Preallocated,
             block_size: DEFAULT_BLOCK_SIZE,
+            policy: KvPolicy::Full,
         }
     }
+}
+
+/// A cache of `layout` for one sequence of up to `capacity` positions. A policy other than
+/// the full cache (`--kv`) keeps its own contiguous, preallocated cache (`src/cache/quant/`):
+/// combined with another layout it is an error, not a silent choice.
+pub fn new_layout_store(
+    config: &Config,
+    layout: CacheLayout,
+    capacity: usize,
+) -> Result<Box<dyn KvStore>> {
+    if layout.policy == KvPolicy::Full {
+        return new_store(config, layout.kind, capacity, layout.block_size);
+    }
+    if layout.kind != CacheKind::Preallocated {
+        return Err(crate::error::Error::InvalidArgument(format!(
+            "--kv {} keeps its own preallocated cache and cannot be combined with --cache {}: drop one of them",
+            layout.policy.name(),
+            layout.kind.name()
+        )));
+    }
+    crate::cache::new_policy_store(config, layout.policy, capacity)
 }
 
 // ANCHOR: cpu_decoder
@@ -51,12 +76,7 @@ pub fn cpu_decoder<'a, E: WeightElem>(
         }),
         PathKind::Cached => Box::new(Cached {
             model,
-            cache: new_store(
-                &model.config,
-                layout.kind,
-                prompt_len + max_new_tokens,
-                layout.block_size,
-            )?,
+            cache: new_layout_store(&model.config, layout, prompt_len + max_new_tokens)?,
         }),
     })
 }
@@ -135,6 +155,12 @@ impl<'a> Backend<'a> {
             Backend::CpuBf16(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => {
+                if layout.policy != KvPolicy::Full {
+                    return Err(crate::error::Error::InvalidArgument(format!(
+                        "--kv {} runs on the CPU only: the CUDA backend keeps an f32/bf16 cache. Drop --kv or use --device cpu",
+                        layout.policy.name()
+                    )));
+                }
                 if layout.kind != CacheKind::Preallocated {
                     return Err(crate::error::Error::InvalidArgument(format!(
                         "--cache {} runs on the CPU only: the CUDA backend generates with its own preallocated cache in GPU memory. Drop --cache or use --device cpu",

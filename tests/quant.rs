@@ -29,7 +29,9 @@ fn case_strategy() -> impl Strategy<Value = (Config, KvPolicy)> {
         .prop_map(|(layers, n_kv_heads, group, half_head, vocab, which, g)| {
             let config = tiny_config(layers, n_kv_heads * group, n_kv_heads, 4 * half_head, vocab);
             let head_dim = config.head_dim();
-            let divisors: Vec<usize> = (1..=head_dim).filter(|d| head_dim % d == 0).collect();
+            let divisors: Vec<usize> = (1..=head_dim)
+                .filter(|&d| head_dim.is_multiple_of(d))
+                .collect();
             let group = divisors[g.index(divisors.len())];
             let policy = match which {
                 0 => KvPolicy::Int8,

@@ -6,6 +6,7 @@
 //! - [`nvrtc`] — how the kernel source becomes GPU code while kvlab runs;
 //! - [`gpu`] — opening the GPU, and the checks that make "no GPU here" an error, not a crash;
 //! - [`ops`] — one safe Rust function per kernel launch (src/ops.rs on the GPU);
+//!   [`ops_quant`]: attention over an int8 cache (src/cache/quant/, `--kv int8`);
 //! - [`weights`] — the model uploaded once, in f32 or bf16;
 //! - [`kv_cache`] — the KV cache in GPU memory (src/cache/preallocated.rs);
 //! - [`forward`] — the forward pass (src/model.rs), naive and cached;
@@ -30,6 +31,7 @@ pub mod kv_cache;
 pub mod nvrtc;
 pub mod ops;
 pub mod ops_attention;
+pub mod ops_quant;
 pub mod speculative;
 pub mod weights;
 

@@ -66,6 +66,11 @@ pub const KERNELS: &[KernelSource] = &[
         functions: &["attention_v1", "attention_v2", "attention_paged"],
     },
     KernelSource {
+        file: "attention_int8.cu",
+        source: include_str!("../../kernels/attention_int8.cu"),
+        functions: &["attention_int8"],
+    },
+    KernelSource {
         file: "residual.cu",
         source: include_str!("../../kernels/residual.cu"),
         functions: &["add_inplace", "add_bias"],

@@ -19,6 +19,7 @@
 //! | [`gqa`] | `kvlab gqa` | gqa.md |
 //! | [`eval`] | `kvlab eval`, `kvlab eval-table` | kv-quantization.md, eviction.md |
 //! | [`evict_speed`] | `kvlab evict-speed` | eviction.md |
+//! | [`kv_bench`] | `kvlab bench-kv` | kv-quantization.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
@@ -32,6 +33,7 @@ pub mod evict_speed;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
 pub mod gqa;
+pub mod kv_bench;
 pub mod peak;
 pub mod roof;
 pub mod shared_prompt;

@@ -228,21 +228,25 @@ pub struct BlockSizeArgs {
     pub block_size: usize,
 }
 
-#[derive(Args, Clone, Copy)]
+#[derive(Args, Clone)]
 pub struct CacheArgs {
     /// Where the cached path keeps K and V (the CPU only; see `src/cache/`).
     #[arg(long, value_enum, default_value_t = CacheArg::Preallocated)]
     pub cache: CacheArg,
     #[command(flatten)]
     pub block: BlockSizeArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
 }
 
 impl CacheArgs {
-    pub fn layout(&self) -> CacheLayout {
-        CacheLayout {
+    /// The layout, block size and `--kv` policy (an unknown policy name is an error).
+    pub fn layout(&self) -> Result<CacheLayout> {
+        Ok(CacheLayout {
             kind: self.cache.into(),
             block_size: self.block.block_size,
-        }
+            policy: self.kv.policy()?,
+        })
     }
 }
 

@@ -21,7 +21,7 @@ mod print;
 
 use clap::{Parser, Subcommand};
 use cmd::attention::AttentionMapArgs;
-use cmd::bench::{BenchArgs, BenchCacheArgs};
+use cmd::bench::{BenchArgs, BenchCacheArgs, BenchKvArgs};
 use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
 use cmd::eval::EvalArgs;
@@ -68,6 +68,8 @@ enum Command {
     Chat(ChatArgs),
     /// Decode speed of every cache layout at a context, and prefix-hit vs cold TTFT.
     BenchCache(BenchCacheArgs),
+    /// Decode speed of each --kv policy (full, int8, int4, ...) at long contexts.
+    BenchKv(BenchKvArgs),
     /// One head's attention probabilities on a prompt (the causal mask, made visible) and
     /// every layer's attention on the first token.
     AttentionMap(AttentionMapArgs),
@@ -101,6 +103,7 @@ fn main() {
         Command::Prefix(args) => cmd::cache::prefix(args),
         Command::Chat(args) => cmd::chat::chat(args),
         Command::BenchCache(args) => cmd::bench::bench_cache(args),
+        Command::BenchKv(args) => cmd::bench::bench_kv(args),
         Command::AttentionMap(args) => cmd::attention::attention_map(args),
         Command::Plot(args) => plot::plot(args),
         Command::Gqa(args) => cmd::gqa::gqa(args),

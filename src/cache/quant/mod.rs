@@ -38,7 +38,7 @@ use crate::error::{Error, Result};
 pub fn schemes(config: &Config, policy: KvPolicy) -> Result<(Scheme, Scheme)> {
     let head_dim = config.head_dim();
     let check_group = |group: usize| -> Result<usize> {
-        if group == 0 || head_dim % group != 0 {
+        if group == 0 || !head_dim.is_multiple_of(group) {
             return Err(Error::InvalidArgument(format!(
                 "--group {group} does not divide head_dim {head_dim}: a quantization group must tile each head; use a divisor of {head_dim} such as {}",
                 largest_divisor_up_to(head_dim, 32)
@@ -46,7 +46,7 @@ pub fn schemes(config: &Config, policy: KvPolicy) -> Result<(Scheme, Scheme)> {
         }
         Ok(group)
     };
-    if head_dim % 2 != 0 {
+    if !head_dim.is_multiple_of(2) {
         return Err(Error::InvalidArgument(format!(
             "head_dim {head_dim} is odd: int4 codes are packed two a byte per head; quantized caches need an even head_dim"
         )));
@@ -79,7 +79,10 @@ pub fn schemes(config: &Config, policy: KvPolicy) -> Result<(Scheme, Scheme)> {
 }
 
 fn largest_divisor_up_to(n: usize, cap: usize) -> usize {
-    (1..=cap.min(n)).rev().find(|d| n % d == 0).unwrap_or(1)
+    (1..=cap.min(n))
+        .rev()
+        .find(|&d| n.is_multiple_of(d))
+        .unwrap_or(1)
 }
 
 // ANCHOR: quant_cache

@@ -236,7 +236,7 @@ impl Side {
             return;
         };
         let g = new_len / group;
-        if new_len % group == 0 || (g + 1) * group > old_len {
+        if new_len.is_multiple_of(group) || (g + 1) * group > old_len {
             return; // the cut group is still in the residual, or there is none
         }
         let kv_dim = self.kv_dim;
@@ -297,7 +297,7 @@ impl SideRows<'_> {
         let out = &mut out[..width];
         match self.scheme {
             Scheme::Int8PerToken { group } => {
-                debug_assert!(c0 % group == 0 && width % group == 0);
+                debug_assert!(c0.is_multiple_of(group) && width.is_multiple_of(group));
                 let codes = &self.codes[j * kv_dim + c0..][..width];
                 let scales = &self.scales[j * (kv_dim / group) + c0 / group..];
                 for ((o, q), &scale) in out
@@ -311,7 +311,7 @@ impl SideRows<'_> {
                 }
             }
             Scheme::Int4PerToken { group } => {
-                debug_assert!(c0 % group == 0 && width % group == 0);
+                debug_assert!(c0.is_multiple_of(group) && width.is_multiple_of(group));
                 let codes = &self.codes[j * kv_dim / 2..][..kv_dim / 2];
                 let scales = &self.scales[(j * (kv_dim / group) + c0 / group) * 2..];
                 for (g, (o, scale_min)) in out

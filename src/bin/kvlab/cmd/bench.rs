@@ -1,4 +1,5 @@
-//! `kvlab bench` (CPU, or the GPU roofline with `--device cuda`) and `kvlab bench-cache`.
+//! `kvlab bench` (CPU, or the GPU roofline with `--device cuda`), `kvlab bench-cache` and
+//! `kvlab bench-kv`.
 //! On the CPU, `--dtype bf16` measures the same model with bf16 weights and `--threads N`
 //! on a pool of N threads (thread scaling: run it at 1, then 2).
 
@@ -6,6 +7,7 @@ use crate::args::{BlockSizeArgs, DeviceArg, DeviceArgs, JsonArgs, ModelArgs};
 use crate::checks::{in_range, MAX_REPS};
 use crate::print;
 use clap::Args;
+use kvlab::cache::{KvPolicy, PolicyParams};
 use kvlab::device::WeightDtype;
 use kvlab::error::{Error, Result};
 use kvlab::lab;
@@ -133,5 +135,48 @@ pub fn bench_cache(args: BenchCacheArgs) -> Result<()> {
         return print::json(&report);
     }
     print::cache_bench(&report);
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct BenchKvArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Contexts at which to time one decode step of each policy.
+    #[arg(long, value_delimiter = ',', default_value = "512,2048")]
+    pub contexts: Vec<usize>,
+    /// KV policies to time (the first is the baseline): full, int8, int4, int4-per-token.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "full,int8,int4,int4-per-token"
+    )]
+    pub kv: Vec<String>,
+    /// Timed repetitions (medians are reported).
+    #[arg(long, default_value_t = 9)]
+    pub reps: usize,
+    #[command(flatten)]
+    pub out: JsonArgs,
+}
+
+pub fn bench_kv(args: BenchKvArgs) -> Result<()> {
+    in_range("--reps", args.reps, 1, MAX_REPS, "timed repetitions")?;
+    let policies = args
+        .kv
+        .iter()
+        .map(|name| KvPolicy::parse(name, PolicyParams::default()))
+        .collect::<Result<Vec<_>>>()?;
+    let loaded = args.model.load(0, false)?;
+    let report = lab::kv_bench::run(
+        &loaded.model,
+        &loaded.name,
+        &policies,
+        &args.contexts,
+        args.reps,
+    )?;
+    if args.out.json {
+        return print::json(&report);
+    }
+    print::kv_bench(&report);
     Ok(())
 }

@@ -4,7 +4,8 @@ use crate::args::{CacheArgs, DtypeArgs, SamplingArgs, DEFAULT_MODEL};
 use crate::checks::at_least;
 use crate::print;
 use clap::Args;
-use kvlab::cache::{new_store, CacheKind};
+use kvlab::backend::new_layout_store;
+use kvlab::cache::CacheKind;
 use kvlab::chat::ChatSession;
 use kvlab::device::WeightDtype;
 use kvlab::error::{Error, Result};
@@ -81,8 +82,8 @@ pub fn chat(args: ChatArgs) -> Result<()> {
 /// The conversation loop, on weights of element type `E` (`--dtype`).
 fn converse<E: WeightElem>(args: &ChatArgs, tokenizer: &Tokenizer, model: &Model<E>) -> Result<()> {
     let capacity = args.max_context.min(model.config.max_position_embeddings);
-    let layout = args.cache.layout();
-    let new_cache = || new_store(&model.config, layout.kind, capacity, layout.block_size);
+    let layout = args.cache.layout()?;
+    let new_cache = || new_layout_store(&model.config, layout, capacity);
     let mut session = ChatSession::new(model, new_cache()?);
     let opts = GenerateOptions {
         max_new_tokens: args.max_new_tokens,

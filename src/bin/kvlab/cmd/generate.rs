@@ -140,7 +140,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     );
     check_request(model, &prompt_ids, opts.max_new_tokens)?;
     let backend = args.device.backend(model)?;
-    let layout = args.cache.layout();
+    let layout = args.cache.layout()?;
     let mut decoder = backend.decoder(opts.path, layout, prompt_ids.len(), opts.max_new_tokens)?;
     let json = args.out.json;
     let mut printer = TokenPrinter::new(tokenizer, &opts.eos_ids, json);
@@ -184,7 +184,7 @@ pub fn compare(args: CompareArgs) -> Result<()> {
         &prompt_ids,
         &opts,
         args.out.json,
-        args.cache.layout(),
+        args.cache.layout()?,
     )
 }
 

@@ -9,7 +9,7 @@ use crate::args::{
 };
 use crate::print;
 use clap::Args;
-use kvlab::cache::new_store;
+use kvlab::backend::new_layout_store;
 use kvlab::device::WeightDtype;
 use kvlab::error::{Error, Result};
 use kvlab::generate::{check_request, PathKind};
@@ -108,12 +108,12 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     let loaded = args.model.load(args.sampling.seed, true)?;
     let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
     let prompt_ids = args.prompt.token_ids(tokenizer, &model.config)?;
-    let (max_new, layout) = (args.prompt.max_new_tokens, args.cache.layout());
+    let (max_new, layout) = (args.prompt.max_new_tokens, args.cache.layout()?);
     let opts = spec_options(max_new, &args.sampling, model, args.spec.draft_len)?;
     check_request(model, &prompt_ids, max_new)?;
     let mut drafter = spec.build(model)?;
     let capacity = prompt_ids.len() + max_new;
-    let mut cache = new_store(&model.config, layout.kind, capacity, layout.block_size)?;
+    let mut cache = new_layout_store(&model.config, layout, capacity)?;
     let json = args.out.json;
     let mut printer = TokenPrinter::new(tokenizer, &opts.eos_ids, json);
     let mut g = generate_speculative(
@@ -155,7 +155,7 @@ pub fn compare(args: CompareArgs) -> Result<()> {
             opts.draft_len
         );
     }
-    let layout = args.cache.layout();
+    let layout = args.cache.layout()?;
     let mut e =
         lab::speculative::run_experiment(model, drafter.as_mut(), &prompt_ids, &opts, layout)?;
     if let Some(tokenizer) = tokenizer {
@@ -224,7 +224,7 @@ pub fn spec_sweep(args: SpecSweepArgs) -> Result<()> {
         &drafters,
         &args.draft_lens,
         &base,
-        args.cache.layout(),
+        args.cache.layout()?,
     )?;
     if args.out.json {
         print::json(&report)?;

@@ -2,6 +2,7 @@
 
 use super::human_bytes;
 use kvlab::lab::eval::EvalReport;
+use kvlab::lab::kv_bench::KvBench;
 
 /// One eval report: the policy's accuracy against the full cache, and its bytes.
 pub fn eval(r: &EvalReport) {
@@ -33,4 +34,35 @@ pub fn eval(r: &EvalReport) {
         100.0 * r.kv_bytes_ratio,
         human_bytes(r.full_kv_cache_bytes)
     );
+}
+
+/// `kvlab bench-kv`: one row per policy and context.
+pub fn kv_bench(r: &KvBench) {
+    outln!(
+        "{} | {} threads | {} | median of {} steps",
+        r.machine,
+        r.threads,
+        r.model,
+        r.reps
+    );
+    outln!(
+        "{:>8} {:<18} {:>10} {:>9} {:>8} {:>12}",
+        "context",
+        "kv",
+        "ms/step",
+        "tok/s",
+        "vs full",
+        "KV bytes"
+    );
+    for row in &r.rows {
+        outln!(
+            "{:>8} {:<18} {:>10.2} {:>9.2} {:>7.2}x {:>12}",
+            row.context,
+            row.label,
+            row.ms,
+            row.tok_s,
+            row.vs_full,
+            human_bytes(row.kv_cache_bytes)
+        );
+    }
 }

@@ -14,7 +14,7 @@ use kvlab::lab::trace::TraceRow;
 mod eval;
 mod evict;
 mod speculative;
-pub use eval::eval;
+pub use eval::{eval, kv_bench};
 pub use evict::{eval_table, evict_speed};
 pub use speculative::{spec_comparison, spec_summary, spec_sweep, verify_cost};
 

@@ -1,6 +1,6 @@
-//! # Exercise 23 — heavy hitters: which tokens H2O keeps
+//! # Exercise 24 — heavy hitters: which tokens H2O keeps
 //!
-//! A sliding window (exercise 22) forgets a token by its age. H2O (Zhang et al. 2023)
+//! A sliding window (exercise 23) forgets a token by its age. H2O (Zhang et al. 2023)
 //! forgets by *use*: attention is concentrated on few tokens, and a token that has
 //! received much attention so far is likely to receive more. Under a fixed budget of
 //! positions, H2O keeps the `recent` latest tokens and fills the rest with the *heavy

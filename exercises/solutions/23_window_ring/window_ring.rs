@@ -1,4 +1,4 @@
-//! # Exercise 22 — a sliding window with attention sinks, in a ring
+//! # Exercise 23 — a sliding window with attention sinks, in a ring
 //!
 //! Bounded memory for unbounded text: keep only the last positions' K and V. StreamingLLM
 //! (Xiao et al. 2024) found that a plain sliding window falls apart as soon as the text's

@@ -1,0 +1,129 @@
+//! `kvlab eval` and `--kv` on the command line: every bad input is one clear line (exit 1),
+//! never a panic: an unknown policy, a group that does not divide head_dim, a policy that
+//! is not built, an empty, non-UTF-8 or too short text file, a policy with another layout.
+
+mod common;
+
+use common::cli::{fails_with, json};
+use common::{real_model_present, MODEL_DIR};
+
+fn fixture() -> String {
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/eval/apache-2.0-head.txt"
+    )
+    .into()
+}
+
+#[test]
+fn unknown_policy_is_named_with_the_known_ones() {
+    let text = fixture();
+    fails_with(
+        &["eval", "--text-file", &text, "--kv", "int3"],
+        "unknown KV policy `int3`: use one of full, int8, int4, int4-per-token, window, h2o",
+    );
+    fails_with(
+        &["generate", "--prompt", "hi", "--kv", "fp8"],
+        "unknown KV policy `fp8`",
+    );
+}
+
+#[test]
+fn empty_and_non_utf8_text_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    fails_with(
+        &["eval", "--text-file", empty.to_str().unwrap()],
+        "the text file is empty",
+    );
+    let binary = dir.path().join("binary.txt");
+    std::fs::write(&binary, [0xff, 0xfe, 0x00]).unwrap();
+    fails_with(
+        &["eval", "--text-file", binary.to_str().unwrap()],
+        "is not UTF-8 text",
+    );
+    fails_with(
+        &["eval", "--text-file", "/no/such/file.txt"],
+        "/no/such/file.txt",
+    );
+}
+
+#[test]
+fn model_dependent_refusals() {
+    if !real_model_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one.txt");
+    std::fs::write(&one, "a").unwrap();
+    let one = one.to_str().unwrap();
+    fails_with(
+        &["eval", "--model", MODEL_DIR, "--text-file", one],
+        "the text is 1 token(s) long: perplexity needs at least 2",
+    );
+    let text = fixture();
+    let base = [
+        "eval",
+        "--model",
+        MODEL_DIR,
+        "--text-file",
+        &text,
+        "--max-tokens",
+        "8",
+    ];
+    fails_with(
+        &[&base[..], &["--kv", "int4", "--group", "48"]].concat(),
+        "--group 48 does not divide head_dim 64",
+    );
+    fails_with(
+        &[&base[..], &["--kv", "window", "--window", "4"]].concat(),
+        "--kv window: this policy is not built yet",
+    );
+    fails_with(
+        &[
+            "generate", "--model", MODEL_DIR, "--prompt", "hi", "--kv", "int8", "--cache", "paged",
+        ],
+        "--kv int8 keeps its own preallocated cache and cannot be combined with --cache paged",
+    );
+}
+
+/// A short run of every quantized policy through the binary: the JSON has the fields the
+/// figures read, and int4 keeps less than int8, which keeps less than f32.
+#[test]
+fn eval_json_has_the_fields() {
+    if !real_model_present() {
+        return;
+    }
+    let text = fixture();
+    let run = |kv: &str| {
+        json(&[
+            "eval",
+            "--model",
+            MODEL_DIR,
+            "--text-file",
+            &text,
+            "--max-tokens",
+            "24",
+            "--kv",
+            kv,
+            "--json",
+        ])
+    };
+    let (full, int8, int4) = (run("full"), run("int8"), run("int4"));
+    for r in [&full, &int8, &int4] {
+        for field in [
+            "perplexity",
+            "n_tokens",
+            "kv_cache_bytes",
+            "top1_agreement",
+            "mean_kl",
+        ] {
+            assert!(r.get(field).is_some(), "{field} missing in {r}");
+        }
+        assert_eq!(r["n_tokens"], 24);
+    }
+    let bytes = |r: &serde_json::Value| r["kv_cache_bytes"].as_u64().unwrap();
+    assert!(bytes(&int4) < bytes(&int8) && bytes(&int8) < bytes(&full));
+    assert_eq!(full["mean_kl"], 0.0);
+}
