@@ -90,28 +90,39 @@ pub fn eval_pareto(data: &Data) -> DrawResult<(String, String)> {
     };
     let full_ppl = rows[0].full_perplexity;
     let max_ppl = rows.iter().map(|r| r.perplexity).fold(full_ppl, f64::max);
+    let mib = rows.iter().map(|r| r.kv_cache_bytes as f64 / MIB);
+    let (x_min, x_max) = mib.fold((f64::INFINITY, 0.0f64), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
+    // Log bytes: the policies crowd at a quarter of the full cache, the full cache is far off.
+    let bytes_axis = || Axis::log("KV cache (MiB, log scale)").with_range(x_min / 1.4, x_max * 1.6);
     let mut ppl_series = points(|r| r.perplexity);
-    let x_max = rows
-        .iter()
-        .map(|r| r.kv_cache_bytes as f64 / MIB)
-        .fold(0.0, f64::max);
     ppl_series.push(Series::new(
         "",
         GREY,
         Style::Dashed,
-        vec![(0.0, full_ppl), (x_max * 1.15, full_ppl)],
+        vec![(x_min / 1.4, full_ppl), (x_max * 1.6, full_ppl)],
     ));
     let perplexity = Chart {
         title: "perplexity (lower is better; dashed: full cache)".into(),
-        x: Axis::linear("KV cache (MiB)").with_range(0.0, x_max * 1.15),
-        y: Axis::log("perplexity").with_range(full_ppl / 1.2, max_ppl * 1.5),
+        x: bytes_axis(),
+        // Log only when a policy is off by more than 10x (a window without sinks can be).
+        y: if max_ppl > 10.0 * full_ppl {
+            Axis::log("perplexity").with_range(full_ppl / 1.2, max_ppl * 1.5)
+        } else {
+            Axis::linear("perplexity").with_range(full_ppl * 0.95, max_ppl * 1.05)
+        },
         series: ppl_series,
         legend: SeriesLabelPosition::UpperRight,
     };
+    let min_agree = rows
+        .iter()
+        .map(|r| 100.0 * r.top1_agreement)
+        .fold(100.0, f64::min);
     let agreement = Chart {
         title: "top-1 agreement with the full cache".into(),
-        x: Axis::linear("KV cache (MiB)").with_range(0.0, x_max * 1.15),
-        y: Axis::linear("% of positions").with_range(0.0, 105.0),
+        x: bytes_axis(),
+        y: Axis::linear("% of positions").with_range((min_agree - 5.0).max(0.0), 101.5),
         series: points(|r| 100.0 * r.top1_agreement),
         legend: SeriesLabelPosition::LowerRight,
     };
@@ -134,7 +145,7 @@ pub fn eval_pareto(data: &Data) -> DrawResult<(String, String)> {
         })
         .collect();
     let what = format!(
-        "Every KV policy on the same {} tokens of text, teacher-forced: perplexity (left, log scale) and top-1 agreement with the full cache (right) against the bytes the KV cache reserves. Full cache perplexity {:.2}; {}. The same numbers as a table: `kvlab eval-table`.",
+        "Every KV policy on the same {} tokens of text, teacher-forced: perplexity (left) and top-1 agreement with the full cache (right) against the bytes the KV cache reserves. Full cache perplexity {:.2}; {}. The same numbers as a table: `kvlab eval-table`.",
         rows[0].n_tokens,
         full_ppl,
         parts.join("; ")
