@@ -42,6 +42,7 @@ PARETO_TEXT=${PARETO_TEXT:-tests/fixtures/eval/gpl-3-head.txt}
 PARETO_TOKENS=${PARETO_TOKENS:-1024}
 PARETO_WINDOW=${PARETO_WINDOW:-256}
 EVICT_CONTEXTS=${EVICT_CONTEXTS:-512,2048}
+EVICT_REPS=${EVICT_REPS:-21}
 ONLY=${ONLY:-}
 OUT=${OUT:-book/src/figures}
 DATA=$OUT/data
@@ -152,7 +153,7 @@ for kv in "full" "int8" "int4" "int4-per-token" \
     APPEND=1 measure eval_pareto.jsonl -- eval --model "$MODEL" --text-file "$PARETO_TEXT" --max-tokens "$PARETO_TOKENS" --kv $kv --json
 done
 # One decode step at each context: a sliding window's cost stays flat, the full cache's grows.
-measure eval_evict_speed.json -- evict-speed --model "$MODEL" --text-file "$PARETO_TEXT" --window "$PARETO_WINDOW" --sinks 4 --contexts "$EVICT_CONTEXTS" --reps "$REPS" --json
+measure eval_evict_speed.json -- evict-speed --model "$MODEL" --text-file "$PARETO_TEXT" --window "$PARETO_WINDOW" --sinks 4 --contexts "$EVICT_CONTEXTS" --reps "$EVICT_REPS" --json
 
 # When, and from which commit (the working tree may differ from it: "+dirty").
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)

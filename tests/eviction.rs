@@ -347,3 +347,40 @@ fn a_long_prompt_is_prefilled_in_chunks() {
     assert_eq!(window.cache.len(), 45);
     assert_eq!(window.cache.positions(), [0, 1, 39, 40, 41, 42, 43, 44]);
 }
+
+/// `kvlab evict-speed`'s library side on a tiny model: the window's step reads `window`
+/// rows at every context, the full cache's every position; bytes as reserved.
+#[test]
+fn evict_speed_reports_the_rows_each_step_read() {
+    let model = small_model();
+    let text: Vec<u32> = (0..50).map(|i| (i * 3 % 64) as u32).collect();
+    let report = kvlab::lab::evict_speed::evict_speed(&model, &text, 8, 2, &[20, 100], 3).unwrap();
+    let per_token = bytes_per_token(&model.config);
+    let rows: Vec<(String, usize, usize, usize)> = report
+        .points
+        .iter()
+        .map(|p| {
+            (
+                p.cache.clone(),
+                p.context,
+                p.rows_attended,
+                p.kv_cache_bytes,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("full".to_string(), 20, 24, 24 * per_token),
+            ("window-w8-s2".to_string(), 20, 8, 8 * per_token),
+            ("full".to_string(), 100, 104, 104 * per_token),
+            ("window-w8-s2".to_string(), 100, 8, 8 * per_token),
+        ]
+    );
+    assert!(report.points.iter().all(|p| p.step_ms > 0.0));
+    let too_long = kvlab::lab::evict_speed::evict_speed(&model, &text, 8, 2, &[255], 3);
+    assert!(too_long
+        .unwrap_err()
+        .to_string()
+        .contains("must be between 1 and"));
+}

@@ -3,16 +3,17 @@
 //!
 //! The full cache's step reads every position seen, so it slows down as the text grows;
 //! a window's step reads at most `window` rows whatever the position, so its cost is
-//! flat. For each context, each cache is filled with `context` tokens of the text (the
+//! flat. For each context, both caches are filled with `context` tokens of the text (the
 //! window in passes of `window - sinks`, the most it takes at once), then `reps` decode
-//! steps are timed after one warm-up; the median is reported (`lab/timing.rs`).
+//! steps of each are timed, taking turns, after one warm-up; medians are reported.
 
 use crate::cache::{KvStore, PreallocatedCache, WindowCache};
 use crate::error::{Error, Result};
-use crate::lab::timing::{machine_name, median_ms};
+use crate::lab::timing::{machine_name, median, ms_since};
 use crate::model::{KvSource, Model};
 use crate::simd::WeightElem;
 use serde::Serialize;
+use std::time::Instant;
 
 /// One cache at one context.
 #[derive(Debug, Clone, Serialize)]
@@ -40,29 +41,33 @@ pub struct EvictSpeedReport {
     pub points: Vec<StepCost>,
 }
 
-/// Fills `cache` with the first `context` tokens of `text` (cycled), `pass` at a time,
-/// then times `reps` single-token steps.
-fn step_cost<E: WeightElem>(
+/// Fills `cache` with the first `context` tokens of `text` (cycled), as many per pass as
+/// the cache takes.
+fn fill<E: WeightElem>(
     model: &Model<E>,
     cache: &mut dyn KvStore,
     text: &[u32],
     context: usize,
-    reps: usize,
-) -> Result<(f64, usize)> {
+) -> Result<()> {
     let mut tokens = text.iter().copied().cycle();
     while cache.len() < context {
         let n = cache.max_pass_tokens().min(context - cache.len());
         let chunk: Vec<u32> = tokens.by_ref().take(n).collect();
         model.forward(&chunk, KvSource::Cache(cache))?;
     }
-    let ms = median_ms(reps, || {
-        let token = tokens.next().unwrap_or(0);
-        model
-            .forward(&[token], KvSource::Cache(&mut *cache))
-            .map(|_| ())
-    })?;
-    // After a step, the rows held are those its attention read.
-    Ok((ms, cache.rows_held()))
+    Ok(())
+}
+
+/// One timed decode step (the next token of the text) on `cache`, in milliseconds.
+fn timed_step<E: WeightElem>(
+    model: &Model<E>,
+    cache: &mut dyn KvStore,
+    text: &[u32],
+) -> Result<f64> {
+    let token = text[cache.len() % text.len()];
+    let start = Instant::now();
+    model.forward(&[token], KvSource::Cache(cache))?;
+    Ok(ms_since(start))
 }
 
 // ANCHOR: evict_speed
@@ -91,25 +96,37 @@ pub fn evict_speed<E: WeightElem>(
             )));
         }
         let mut full = PreallocatedCache::new(&model.config, end)?;
-        let (ms, rows) = step_cost(model, &mut full, text, context, reps)?;
-        points.push(StepCost {
-            cache: "full".into(),
-            context,
-            rows_attended: rows,
-            step_ms: ms,
-            tokens_per_s: 1e3 / ms,
-            kv_cache_bytes: full.bytes_reserved(),
-        });
         let mut ring = WindowCache::new(&model.config, window, sinks)?;
-        let (ms, rows) = step_cost(model, &mut ring, text, context, reps)?;
-        points.push(StepCost {
-            cache: format!("window-w{window}-s{sinks}"),
-            context,
-            rows_attended: rows,
-            step_ms: ms,
-            tokens_per_s: 1e3 / ms,
-            kv_cache_bytes: ring.bytes_reserved(),
-        });
+        fill(model, &mut full, text, context)?;
+        fill(model, &mut ring, text, context)?;
+        // One warm-up step each, then the two caches in turn, so that whatever else the
+        // machine does slows both alike; medians (`lab/timing.rs`).
+        let (mut full_ms, mut ring_ms) = (Vec::new(), Vec::new());
+        for rep in 0..=reps {
+            let (f, r) = (
+                timed_step(model, &mut full, text)?,
+                timed_step(model, &mut ring, text)?,
+            );
+            if rep > 0 {
+                full_ms.push(f);
+                ring_ms.push(r);
+            }
+        }
+        // After a step, the rows held are those its attention read.
+        for (name, ms, cache) in [
+            ("full".to_string(), full_ms, &full as &dyn KvStore),
+            (format!("window-w{window}-s{sinks}"), ring_ms, &ring),
+        ] {
+            let ms = median(ms);
+            points.push(StepCost {
+                cache: name,
+                context,
+                rows_attended: cache.rows_held(),
+                step_ms: ms,
+                tokens_per_s: 1e3 / ms,
+                kv_cache_bytes: cache.bytes_reserved(),
+            });
+        }
     }
     Ok(EvictSpeedReport {
         machine: machine_name(),
