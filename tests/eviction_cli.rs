@@ -107,3 +107,42 @@ fn eval_runs_the_window_and_h2o_on_the_real_model() {
         assert!(ppl.is_finite() && ppl != full, "{report}");
     }
 }
+
+/// `--kv window` and `--kv h2o` on generate and compare: a prompt longer than the window
+/// is prefilled in chunks; compare reports different tokens as the policy's cost (exit 0),
+/// not as a bug.
+#[test]
+fn generate_and_compare_take_the_eviction_policies() {
+    for kv in [
+        ["--kv", "window", "--window", "8", "--sinks", "2"].as_slice(),
+        ["--kv", "h2o", "--budget", "8"].as_slice(),
+    ] {
+        for cmd in ["generate", "compare"] {
+            let mut args = vec![
+                cmd,
+                "--random-weights",
+                "--prompt-len",
+                "24",
+                "--max-new-tokens",
+                "4",
+            ];
+            args.extend_from_slice(kv);
+            if cmd == "generate" {
+                args.push("--json");
+                let report = json(&args);
+                assert_eq!(
+                    report["generated_ids"].as_array().unwrap().len(),
+                    4,
+                    "{report}"
+                );
+                assert_eq!(
+                    report["kv_cache_bytes"],
+                    8 * 30 * 2 * 3 * 64 * 4,
+                    "{report}"
+                );
+            } else {
+                ok(&args, "");
+            }
+        }
+    }
+}
