@@ -67,8 +67,8 @@ pub struct Side {
     kv_dim: usize,
     /// `[n_layers, capacity, code_bytes]`: int8 codes (as bytes), or two int4 codes a byte.
     codes: Vec<u8>,
-    /// Per token: `[n_layers, capacity, kv_dim / group, floats_per_group]`;
-    /// per channel: `[n_layers, capacity / group, kv_dim, floats_per_group]` (scale, min).
+    /// Per token: `[n_layers, capacity, kv_dim / group, floats_per_group]` (scale, min);
+    /// per channel: `[n_layers, capacity / group, floats_per_group, kv_dim]` (scales, mins).
     scales: Vec<f32>,
     /// Per channel only: `[n_layers, group, kv_dim]`, the positions of the unfilled group.
     residual: Vec<f32>,
@@ -214,8 +214,8 @@ impl Side {
             for (t, x) in column.iter_mut().enumerate() {
                 *x = residual[t * kv_dim + c];
             }
-            let (scale, min) = quantize_u4(&column, &mut q_column);
-            scales[2 * c..2 * c + 2].copy_from_slice(&[scale, min]);
+            // The group's scales are `[kv_dim]`, then its mins `[kv_dim]`: each read as one run.
+            (scales[c], scales[kv_dim + c]) = quantize_u4(&column, &mut q_column);
             for (t, &code) in q_column.iter().enumerate() {
                 q[t * kv_dim + c] = code;
             }
@@ -319,9 +319,19 @@ impl SideRows<'_> {
                     .zip(scales.chunks_exact(2))
                     .enumerate()
                 {
+                    let (scale, min) = (scale_min[0], scale_min[1]);
                     let first = c0 + g * group;
-                    for (i, o) in o.iter_mut().enumerate() {
-                        *o = dequantize_u4(nibble(codes, first + i), scale_min[0], scale_min[1]);
+                    if group.is_multiple_of(2) {
+                        // Whole bytes: two codes each, one scale (the loop the compiler vectorizes).
+                        let bytes = &codes[first / 2..][..group / 2];
+                        for (pair, &byte) in o.chunks_exact_mut(2).zip(bytes) {
+                            pair[0] = dequantize_u4(byte & 0x0f, scale, min);
+                            pair[1] = dequantize_u4(byte >> 4, scale, min);
+                        }
+                    } else {
+                        for (i, o) in o.iter_mut().enumerate() {
+                            *o = dequantize_u4(nibble(codes, first + i), scale, min);
+                        }
                     }
                 }
             }
@@ -331,10 +341,19 @@ impl SideRows<'_> {
                     out.copy_from_slice(&row[c0..c0 + width]);
                     return;
                 }
-                let codes = &self.codes[j * kv_dim / 2..][..kv_dim / 2];
-                let scales = &self.scales[(j / group) * kv_dim * 2 + c0 * 2..][..width * 2];
-                for (i, (o, scale_min)) in out.iter_mut().zip(scales.chunks_exact(2)).enumerate() {
-                    *o = dequantize_u4(nibble(codes, c0 + i), scale_min[0], scale_min[1]);
+                // c0 and width are even (head_dim is): whole bytes, two channels each.
+                let bytes = &self.codes[(j * kv_dim + c0) / 2..][..width / 2];
+                let group_scales = &self.scales[(j / group) * kv_dim * 2..][..kv_dim * 2];
+                let (scales, mins) = group_scales.split_at(kv_dim);
+                let (scales, mins) = (&scales[c0..c0 + width], &mins[c0..c0 + width]);
+                for (((pair, &byte), s), m) in out
+                    .chunks_exact_mut(2)
+                    .zip(bytes)
+                    .zip(scales.chunks_exact(2))
+                    .zip(mins.chunks_exact(2))
+                {
+                    pair[0] = dequantize_u4(byte & 0x0f, s[0], m[0]);
+                    pair[1] = dequantize_u4(byte >> 4, s[1], m[1]);
                 }
             }
         }

@@ -39,9 +39,8 @@ pub fn eval(r: &EvalReport) {
 /// `kvlab bench-kv`: one row per policy and context.
 pub fn kv_bench(r: &KvBench) {
     outln!(
-        "{} | {} threads | {} | median of {} steps",
+        "{} | {} | median of {} steps",
         r.machine,
-        r.threads,
         r.model,
         r.reps
     );
