@@ -18,6 +18,11 @@
 //!
 //! What is kept of each position (f32, int8, int4; all of it, or a window) is a second,
 //! independent choice: the `--kv` policy ([`policy`], [`quant`]; part "Shrinking the cache").
+//! The evicting policies keep at most a fixed number of positions: [`window`] (the latest,
+//! and the first few as attention sinks, in a ring) and [`h2o`] (the most attended),
+//! each the bitwise twin of the full cache with the evicted positions masked out
+//! ([`masked`], `tests/eviction.rs`; book: eviction.md). They hold fewer rows than
+//! positions seen, hence [`KvStore::rows_held`] beside [`KvStore::len`].
 //!
 //! Every layout reports the bytes it **reserves** and the bytes that hold **live**
 //! positions; the difference is the waste the chapters "Cache layouts" and

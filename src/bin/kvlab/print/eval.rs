@@ -38,12 +38,7 @@ pub fn eval(r: &EvalReport) {
 
 /// `kvlab bench-kv`: one row per policy and context.
 pub fn kv_bench(r: &KvBench) {
-    outln!(
-        "{} | {} | median of {} steps",
-        r.machine,
-        r.model,
-        r.reps
-    );
+    outln!("{} | {} | median of {} steps", r.machine, r.model, r.reps);
     outln!(
         "{:>8} {:<18} {:>10} {:>9} {:>8} {:>12}",
         "context",
