@@ -384,3 +384,55 @@ fn evict_speed_reports_the_rows_each_step_read() {
         .to_string()
         .contains("must be between 1 and"));
 }
+
+/// Multi-turn chat on an evicting cache (`kvlab chat --kv window|h2o`): each turn cuts the
+/// cache back to the common prefix (`truncate`) and prefills the rest in passes; every
+/// turn's tokens are the masked twin's.
+#[test]
+fn chat_turns_on_an_evicting_cache_equal_the_twin() {
+    use kvlab::chat::ChatSession;
+    use kvlab::generate::{GenerateOptions, PathKind};
+    use kvlab::sampler::SamplerConfig;
+    let model = small_model();
+    let c = &model.config;
+    let opts = GenerateOptions {
+        max_new_tokens: 6,
+        path: PathKind::Cached,
+        sampler: SamplerConfig::default(),
+        eos_ids: vec![],
+    };
+    for (evicting, rule) in [
+        (
+            Box::new(WindowCache::new(c, 10, 2).unwrap()) as Box<dyn KvStore>,
+            MaskRule::Window {
+                window: 10,
+                sinks: 2,
+            },
+        ),
+        (
+            Box::new(H2oCache::new(c, 10, 4).unwrap()),
+            MaskRule::H2o {
+                budget: 10,
+                recent: 4,
+            },
+        ),
+    ] {
+        let mut chat = ChatSession::new(&model, evicting);
+        let mut twin = ChatSession::new(&model, Box::new(MaskedCache::new(c, 128, rule).unwrap()));
+        let mut conversation: Vec<u32> = (0..25).map(|i| (i * 11 % 64) as u32).collect();
+        for turn in 0..3 {
+            let got = chat.turn(&conversation, &opts, |_| {}).unwrap();
+            let want = twin.turn(&conversation, &opts, |_| {}).unwrap();
+            assert_eq!(
+                got.generation.generated_ids, want.generation.generated_ids,
+                "turn {turn}"
+            );
+            assert_eq!(got.reused, want.reused);
+            // The reply and a new user message (which differs from what was generated at
+            // the end, so the next turn cuts the cache back).
+            conversation.extend(&got.generation.generated_ids[..4]);
+            conversation.extend([7, 8, 9, turn as u32]);
+            assert!(chat.kv_bytes().reserved <= 10 * bytes_per_token(c));
+        }
+    }
+}
