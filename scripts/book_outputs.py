@@ -16,7 +16,7 @@ A block is marked by an HTML comment on the line before its fence:
 
 Every line that starts with `$ ` is a command. The commands of one block run in order, with
 bash, in one scratch folder of their own that holds links to the repository's `models/`,
-`prompts/` and `book/` (the saved figure data) (so `> questions.txt` or `--out trace` leave nothing behind), with
+`prompts/`, `tests/` and `book/` (read-only use: texts, saved figure data; so `> questions.txt` or `--out trace` leave nothing behind), with
 `kvlab` meaning this checkout's `target/release/kvlab`. Everything between two commands is
 replaced by what the first one printed, followed by `(exit code N)` when it failed (the
 pages show refused requests on purpose), and the stamp line under the block says where and
@@ -108,7 +108,7 @@ def run_block(commands, binary: Path):
         bin_dir = Path(scratch) / ".bin"
         bin_dir.mkdir()
         (bin_dir / "kvlab").symlink_to(binary)
-        for shared in ("models", "prompts", "book"):
+        for shared in ("models", "prompts", "tests", "book"):
             if (ROOT / shared).exists():
                 (Path(scratch) / shared).symlink_to(ROOT / shared)
         env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")

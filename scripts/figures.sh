@@ -40,6 +40,11 @@ EVAL_TEXT=${EVAL_TEXT:-tests/fixtures/eval/apache-2.0-head.txt}
 EVAL_POLICIES=${EVAL_POLICIES:-full int8 int4 int4-per-token}
 BATCH_CONCURRENCY=${BATCH_CONCURRENCY:-1,2,4,8,16}
 BATCH_NEW=${BATCH_NEW:-32}
+PARETO_TEXT=${PARETO_TEXT:-tests/fixtures/eval/gpl-3-head.txt}
+PARETO_TOKENS=${PARETO_TOKENS:-1024}
+PARETO_WINDOW=${PARETO_WINDOW:-256}
+EVICT_CONTEXTS=${EVICT_CONTEXTS:-512,2048}
+EVICT_REPS=${EVICT_REPS:-21}
 ONLY=${ONLY:-}
 OUT=${OUT:-book/src/figures}
 DATA=$OUT/data
@@ -156,6 +161,20 @@ if selected loadtest; then
     echo "+ bash scripts/loadtest-policies.sh"
     KVLAB=$KVLAB MODEL=$MODEL DATA=$DATA bash scripts/loadtest-policies.sh
 fi
+# Every KV policy on the same text, teacher-forced against the full cache (the Pareto
+# figure and `kvlab eval-table`): one JSON line per policy. The window and H2O keep
+# PARETO_WINDOW positions, and H2O also 20% of the text (10% heavy + 10% recent, as H2O).
+selected eval_pareto && rm -f "$DATA/eval_pareto.jsonl" "$DATA/eval_pareto.cmd"
+h2o_small=$((PARETO_TOKENS / 5))
+for kv in "full" "int8" "int4" "int4-per-token" \
+    "window --window $PARETO_WINDOW --sinks 0" "window --window $PARETO_WINDOW --sinks 4" \
+    "h2o --budget $PARETO_WINDOW --recent $((PARETO_WINDOW / 2))" \
+    "h2o --budget $h2o_small --recent $((h2o_small / 2))"; do
+    # shellcheck disable=SC2086 # $kv is the policy and its options, split on purpose
+    APPEND=1 measure eval_pareto.jsonl -- eval --model "$MODEL" --text-file "$PARETO_TEXT" --max-tokens "$PARETO_TOKENS" --kv $kv --json
+done
+# One decode step at each context: a sliding window's cost stays flat, the full cache's grows.
+measure eval_evict_speed.json -- evict-speed --model "$MODEL" --text-file "$PARETO_TEXT" --window "$PARETO_WINDOW" --sinks 4 --contexts "$EVICT_CONTEXTS" --reps "$EVICT_REPS" --json
 
 # When, and from which commit (the working tree may differ from it: "+dirty").
 rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)

@@ -71,6 +71,23 @@ pub fn attention_over<R: KvHeads + ?Sized>(
     start_pos: usize,
     heads: Heads,
 ) -> Vec<f32> {
+    attention_observed(rows, q, start_pos, heads, false).0
+}
+
+// ANCHOR: attention_observed
+/// [`attention_over`], and, when `observe` is set, the attention each row *received*:
+/// `received[j] = Σ_i Σ_h p[i, h, j]`, summed over this call's query rows and every
+/// query head, `[start_pos + n]` (empty when `observe` is off: other layouts pay one
+/// branch per task). H2O ranks tokens by this sum (`src/cache/h2o.rs`). The sums run
+/// in a fixed order (rows, then heads within a task; tasks in order), so two caches
+/// that hand attention the same rows get the same bits.
+pub fn attention_observed<R: KvHeads + ?Sized>(
+    rows: &R,
+    q: &[f32],
+    start_pos: usize,
+    heads: Heads,
+    observe: bool,
+) -> (Vec<f32>, Vec<f32>) {
     let Heads {
         n_heads,
         n_kv_heads,
@@ -85,22 +102,27 @@ pub fn attention_over<R: KvHeads + ?Sized>(
         .step_by(QUERY_ROWS)
         .flat_map(|i0| (0..n_kv_heads).map(move |kv_head| (i0, kv_head)))
         .collect();
-    let groups: Vec<Vec<f32>> = tasks
+    let groups: Vec<(Vec<f32>, Vec<f32>)> = tasks
         .par_iter()
         .map(|&(i0, kv_head)| {
             let q_rows = &q[i0 * q_dim..(n.min(i0 + QUERY_ROWS)) * q_dim];
-            attend_group(rows, q_rows, start_pos + i0, kv_head, heads)
+            attend_group(rows, q_rows, start_pos + i0, kv_head, heads, observe)
         })
         .collect();
     let mut out = vec![0.0f32; q.len()]; // [n, n_heads * head_dim]
+    let mut received = vec![0.0f32; if observe { start_pos + n } else { 0 }]; // [start_pos + n]
     let group_dim = kv_mul * head_dim;
-    for (&(i0, kv_head), group) in tasks.iter().zip(&groups) {
+    for (&(i0, kv_head), (group, group_received)) in tasks.iter().zip(&groups) {
         for (i, src) in group.chunks_exact(group_dim).enumerate() {
             out[(i0 + i) * q_dim + kv_head * group_dim..][..group_dim].copy_from_slice(src);
         }
+        for (r, &p) in received.iter_mut().zip(group_received) {
+            *r += p;
+        }
     }
-    out
+    (out, received)
 }
+// ANCHOR_END: attention_observed
 
 /// Query rows per attention task.
 const QUERY_ROWS: usize = 16;
@@ -146,14 +168,16 @@ pub fn score(q: &[f32], k: &[f32]) -> f32 {
 
 /// Attention of the query heads of group `kv_head` (those sharing KV head `kv_head`),
 /// for the rows of `q_rows` (`[m, n_heads * head_dim]`, the first at position
-/// `first_pos`). Returns `[m, kv_mul, head_dim]`.
+/// `first_pos`). Returns `[m, kv_mul, head_dim]`, and, when `observe` is set, the
+/// probabilities each key received from these rows and heads, `[first_pos + m]`.
 fn attend_group<R: KvHeads + ?Sized>(
     rows: &R,
     q_rows: &[f32],
     first_pos: usize,
     kv_head: usize,
     heads: Heads,
-) -> Vec<f32> {
+    observe: bool,
+) -> (Vec<f32>, Vec<f32>) {
     let Heads {
         n_heads,
         n_kv_heads,
@@ -181,6 +205,7 @@ fn attend_group<R: KvHeads + ?Sized>(
     }
 
     let mut out = vec![0.0f32; m * kv_mul * head_dim]; // [m, kv_mul, head_dim]
+    let mut received = vec![0.0f32; if observe { end } else { 0 }]; // [end]
     for (i, (scores_i, out_i)) in scores
         .chunks_exact_mut(kv_mul * end)
         .zip(out.chunks_exact_mut(kv_mul * head_dim))
@@ -197,6 +222,9 @@ fn attend_group<R: KvHeads + ?Sized>(
                 *x *= scale;
             }
             softmax(s);
+            for (r, &p) in received.iter_mut().zip(s.iter()) {
+                *r += p;
+            }
             // out = Σ_j p_j · v_j, in order of j, `VALUE_BLOCK` dimensions at a time
             // so that the sums stay in registers while `j` runs.
             for (d0, out_block) in (0..head_dim)
@@ -229,7 +257,7 @@ fn attend_group<R: KvHeads + ?Sized>(
             }
         }
     }
-    out
+    (out, received)
 }
 // ANCHOR_END: attention
 
@@ -342,10 +370,70 @@ impl KvRows for Paged<'_> {
 }
 // ANCHOR_END: paged_rows
 
-/// One layer's keys and values for positions `0..end`, as a cache hands them to attention.
+// ANCHOR: ring_rows
+/// A sliding window with attention sinks, kept in a ring (StreamingLLM, Xiao et al.
+/// 2024; `src/cache/window.rs`). Slots `0..sinks` hold the first positions forever;
+/// slots `sinks..sinks + ring_len` are a ring of the most recent ones, whose oldest
+/// sits at slot `sinks + oldest`. Row `r` (in position order) is then sink `r`, or
+/// the `(r - sinks)`-th oldest recent position: one addition and one remainder.
+pub struct Ring<'a> {
+    /// `[sinks + ring_len, kv_dim]`
+    pub keys: &'a [f32],
+    /// `[sinks + ring_len, kv_dim]`
+    pub values: &'a [f32],
+    pub kv_dim: usize,
+    pub sinks: usize,
+    pub ring_len: usize,
+    pub oldest: usize,
+}
+
+impl Ring<'_> {
+    fn slot(&self, r: usize) -> usize {
+        if r < self.sinks {
+            r
+        } else {
+            self.sinks + (self.oldest + r - self.sinks) % self.ring_len
+        }
+    }
+}
+
+impl KvRows for Ring<'_> {
+    fn key(&self, r: usize) -> &[f32] {
+        &self.keys[self.slot(r) * self.kv_dim..][..self.kv_dim]
+    }
+    fn value(&self, r: usize) -> &[f32] {
+        &self.values[self.slot(r) * self.kv_dim..][..self.kv_dim]
+    }
+}
+// ANCHOR_END: ring_rows
+
+// ANCHOR: indexed_rows
+/// Rows listed by slot: row `r` is slot `slots[r]` of a contiguous store. An H2O
+/// cache (`src/cache/h2o.rs`) evicts any row and reuses its slot, so it lists its
+/// slots in position order; the masked full cache (`src/cache/masked.rs`) lists the
+/// positions it has not masked out. Attention sees only the listed rows, in order.
+pub struct Indexed<'a> {
+    pub store: Contiguous<'a>,
+    pub slots: &'a [usize],
+}
+
+impl KvRows for Indexed<'_> {
+    fn key(&self, r: usize) -> &[f32] {
+        self.store.key(self.slots[r])
+    }
+    fn value(&self, r: usize) -> &[f32] {
+        self.store.value(self.slots[r])
+    }
+}
+// ANCHOR_END: indexed_rows
+
+/// One layer's keys and values, rows `0..end` in position order, as a cache hands
+/// them to attention (row `j` is position `j` unless the cache evicts).
 pub enum KvView<'a> {
     Contiguous(Contiguous<'a>),
     Paged(Paged<'a>),
+    Ring(Ring<'a>),
+    Indexed(Indexed<'a>),
     /// int8 / int4 codes and their scales, dequantized one head's run at a time.
     Quantized(crate::cache::quant::QuantRows<'a>),
 }
@@ -353,11 +441,26 @@ pub enum KvView<'a> {
 impl KvView<'_> {
     /// Attention over this view: the match happens once per layer, and each arm runs
     /// a copy of [`attention_over`] compiled for its layout (no per-row dispatch).
-    pub fn attend(&self, q: &[f32], start_pos: usize, heads: Heads) -> Vec<f32> {
+    /// `rows_before`: the rows that precede the first query (its causal horizon).
+    pub fn attend(&self, q: &[f32], rows_before: usize, heads: Heads) -> Vec<f32> {
+        self.attend_observed(q, rows_before, heads, false).0
+    }
+
+    /// [`KvView::attend`], and the attention each row received when `observe` is set
+    /// ([`attention_observed`]).
+    pub fn attend_observed(
+        &self,
+        q: &[f32],
+        rows_before: usize,
+        heads: Heads,
+        observe: bool,
+    ) -> (Vec<f32>, Vec<f32>) {
         match self {
-            KvView::Contiguous(rows) => attention_over(rows, q, start_pos, heads),
-            KvView::Paged(rows) => attention_over(rows, q, start_pos, heads),
-            KvView::Quantized(rows) => attention_over(rows, q, start_pos, heads),
+            KvView::Contiguous(rows) => attention_observed(rows, q, rows_before, heads, observe),
+            KvView::Paged(rows) => attention_observed(rows, q, rows_before, heads, observe),
+            KvView::Ring(rows) => attention_observed(rows, q, rows_before, heads, observe),
+            KvView::Indexed(rows) => attention_observed(rows, q, rows_before, heads, observe),
+            KvView::Quantized(rows) => attention_observed(rows, q, rows_before, heads, observe),
         }
     }
 }

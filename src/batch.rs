@@ -46,6 +46,15 @@ pub trait BatchKv {
     ) -> KvView<'s>;
     /// Marks sequence `i`'s `n` new positions filled.
     fn advance(&mut self, i: usize, n: usize);
+    /// Rows sequence `i`'s attention reads before its new ones, once prepared: its start
+    /// position, unless its cache evicts ([`KvStore::rows_held`]).
+    fn rows_held(&self, i: usize) -> usize;
+    /// Whether sequence `i`'s cache wants the attention each row received (H2O).
+    fn observes_attention(&self, _i: usize) -> bool {
+        false
+    }
+    /// Hands sequence `i`'s cache the attention each of its rows received in `layer`.
+    fn observe(&mut self, _i: usize, _layer: usize, _received: &[f32]) {}
 }
 // ANCHOR_END: batch_kv
 
@@ -91,6 +100,23 @@ impl BatchKv for KvSource<'_> {
             cache.advance(n);
         }
     }
+    fn rows_held(&self, _: usize) -> usize {
+        match self {
+            KvSource::ThisPass => 0,
+            KvSource::Cache(cache) => cache.rows_held(),
+        }
+    }
+    fn observes_attention(&self, _: usize) -> bool {
+        match self {
+            KvSource::ThisPass => false,
+            KvSource::Cache(cache) => cache.observes_attention(),
+        }
+    }
+    fn observe(&mut self, _: usize, layer: usize, received: &[f32]) {
+        if let KvSource::Cache(cache) = self {
+            cache.observe(layer, received);
+        }
+    }
 }
 
 // ANCHOR: paged_batch
@@ -124,6 +150,10 @@ impl BatchKv for PagedBatch<'_> {
             seq.advance(n);
         }
     }
+    /// A paged pool never evicts: every position is a row.
+    fn rows_held(&self, i: usize) -> usize {
+        self.cache.seq_len(self.seqs[i]).unwrap_or(0)
+    }
 }
 // ANCHOR_END: paged_batch
 
@@ -133,8 +163,12 @@ pub struct Span {
     /// Index of its first row in `[total_rows, ..]`.
     pub first_row: usize,
     pub n_rows: usize,
-    /// Position of its first row in its own sequence.
+    /// Position of its first row in its own sequence (its RoPE angle).
     pub start_pos: usize,
+    /// Rows its attention reads before its own: `start_pos`, unless its cache evicts.
+    pub rows_before: usize,
+    /// Whether its cache wants the attention its rows received (H2O).
+    pub observe: bool,
 }
 
 impl Span {
@@ -157,6 +191,8 @@ impl Span {
                 first_row,
                 n_rows: tokens.len(),
                 start_pos: kv.start_pos(i)?,
+                rows_before: 0, // set once the caches are prepared
+                observe: false,
             });
             first_row += tokens.len();
         }
@@ -202,7 +238,7 @@ impl<E: WeightElem> Model<E> {
                 last_rows.extend_from_slice(&s(&hidden)[(row - 1) * dim..row * dim]);
             }
         }
-        let vocab = self.lm_head.dim().1;
+        let vocab = E::dims(&self.lm_head).1;
         let logits = if last_rows.is_empty() {
             Vec::new()
         } else {

@@ -109,9 +109,9 @@ impl<E: WeightElem> Decoder for Resume<'_, E> {
         self.cache.truncate(common);
         self.cached.truncate(common);
         self.reused = common;
-        let logits = self
-            .model
-            .forward(&prompt[common..], KvSource::Cache(&mut *self.cache))?;
+        // In passes when the cache evicts (`--kv window`, `h2o`).
+        let logits =
+            crate::generate::prefill_in_passes(self.model, &mut *self.cache, &prompt[common..])?;
         self.cached.extend_from_slice(&prompt[common..]);
         Ok(logits)
     }

@@ -66,7 +66,7 @@ pub struct Cached<'a, C: KvStore = PreallocatedCache, E: WeightElem = f32> {
 
 impl<C: KvStore, E: WeightElem> Decoder for Cached<'_, C, E> {
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
-        self.model.forward(prompt, KvSource::Cache(&mut self.cache))
+        prefill_in_passes(self.model, &mut self.cache, prompt)
     }
     fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         self.model
@@ -78,6 +78,25 @@ impl<C: KvStore, E: WeightElem> Decoder for Cached<'_, C, E> {
 }
 
 // ANCHOR_END: paths
+
+/// Runs `tokens` through `cache` in one pass, unless the cache evicts and takes fewer
+/// tokens at once (a window, H2O: book eviction.md); then in passes of what it takes.
+/// Returns the logits of the last token.
+pub fn prefill_in_passes<E: WeightElem>(
+    model: &Model<E>,
+    cache: &mut dyn KvStore,
+    tokens: &[u32],
+) -> Result<Vec<f32>> {
+    let mut rest = tokens;
+    loop {
+        let n = rest.len().min(cache.max_pass_tokens().max(1));
+        let logits = model.forward(&rest[..n], KvSource::Cache(&mut *cache))?;
+        rest = &rest[n..];
+        if rest.is_empty() {
+            return Ok(logits);
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct GenerateOptions {

@@ -160,7 +160,7 @@ impl<E: WeightElem> Model<E> {
             heads.n_kv_heads * heads.head_dim,
         );
         // Where each sequence's rows sit in the stacked batch, and its first position.
-        let spans = Span::of_batch(batch, kv)?;
+        let mut spans = Span::of_batch(batch, kv)?;
         for (span, tokens) in spans.iter().zip(batch) {
             if span.start_pos + span.n_rows > c.max_position_embeddings {
                 return Err(Error::PromptTooLong {
@@ -180,6 +180,15 @@ impl<E: WeightElem> Model<E> {
         for (i, tokens) in batch.iter().enumerate() {
             kv.prepare(i, tokens)?;
         }
+        // ANCHOR: rows_before
+        // Rows attention reads before each sequence's first new token: its start position,
+        // unless its cache evicts (a window, H2O), in which case `prepare` has just made
+        // room; and whether its cache wants to see the attention each row receives (H2O).
+        for (i, span) in spans.iter_mut().enumerate() {
+            span.rows_before = kv.rows_held(i);
+            span.observe = kv.observes_attention(i);
+        }
+        // ANCHOR_END: rows_before
         let n: usize = spans.iter().map(|s| s.n_rows).sum();
 
         // Token embedding: row `token` of the table.        x: [n, dim]
@@ -242,23 +251,28 @@ impl<E: WeightElem> Model<E> {
                 kv.write(i, l, &k[span.rows(kv_dim)], &v[span.rows(kv_dim)])?;
             }
             // ...and attention reads them back as the cache keeps them: contiguous
-            // rows, or a block table (PagedAttention): same arithmetic.
+            // rows, a block table (PagedAttention), quantized codes or the rows an
+            // evicting cache kept: same arithmetic.
             let kv_rows: Vec<KvView> = (0..spans.len())
                 .map(|i| {
                     let span = &spans[i];
                     let (k, v) = (&k[span.rows(kv_dim)], &v[span.rows(kv_dim)]);
-                    kv.read(i, l, span.start_pos + span.n_rows, k, v)
+                    kv.read(i, l, span.rows_before + span.n_rows, k, v)
                 })
                 .collect();
-            in_pool(|| {
-                // Attention, each sequence over its own keys, all sequences in parallel.
-                let attn: Vec<f32> = kv_rows
+            let received = in_pool(|| {
+                // Attention, each sequence over its own keys, all sequences in parallel;
+                // `received[i]` is what each of sequence i's rows received, when its
+                // cache asks (H2O), else empty.
+                let (attn, received): (Vec<Vec<f32>>, Vec<Vec<f32>>) = kv_rows
                     .par_iter()
                     .zip(&spans)
-                    .flat_map_iter(|(rows, span)| {
-                        rows.attend(&q[span.rows(q_dim)], span.start_pos, heads)
+                    .map(|(rows, span)| {
+                        let q = &q[span.rows(q_dim)];
+                        rows.attend_observed(q, span.rows_before, heads, span.observe)
                     })
-                    .collect(); // [n, n_heads * head_dim]
+                    .unzip();
+                let attn = attn.concat(); // [n, n_heads * head_dim]
                 ops::add_inplace(x_s, &linear(&attn, &layer.wo));
 
                 // ---- MLP block ----
@@ -272,7 +286,16 @@ impl<E: WeightElem> Model<E> {
                 ops::matmuls(&xb, dim, gate_up);
                 ops::swiglu(&mut gate, &up);
                 ops::add_inplace(x_s, &linear(&gate, &layer.w_down));
+                received
             });
+            // ANCHOR: observe
+            // H2O's hook: the attention each row received (only where a cache asked).
+            for (i, span) in spans.iter().enumerate() {
+                if span.observe {
+                    kv.observe(i, l, &received[i]);
+                }
+            }
+            // ANCHOR_END: observe
         }
         for (i, span) in spans.iter().enumerate() {
             kv.advance(i, span.n_rows);

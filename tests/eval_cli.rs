@@ -1,6 +1,6 @@
 //! `kvlab eval` and `--kv` on the command line: every bad input is one clear line (exit 1),
-//! never a panic: an unknown policy, a group that does not divide head_dim, a policy that
-//! is not built, an empty, non-UTF-8 or too short text file, a policy with another layout.
+//! never a panic: an unknown policy, a group that does not divide head_dim, an empty,
+//! non-UTF-8 or too short text file, a policy with another layout (quantized or evicting).
 
 mod common;
 
@@ -77,8 +77,11 @@ fn model_dependent_refusals() {
         "--group 48 does not divide head_dim 64",
     );
     fails_with(
-        &[&base[..], &["--kv", "window", "--window", "4"]].concat(),
-        "--kv window: this policy is not built yet",
+        &[
+            "generate", "--model", MODEL_DIR, "--prompt", "hi", "--kv", "window", "--window", "8",
+            "--cache", "paged",
+        ],
+        "--kv window keeps its own preallocated cache and cannot be combined with --cache paged",
     );
     fails_with(
         &[

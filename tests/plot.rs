@@ -28,6 +28,8 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
         "batch_throughput",
         "decode_stall",
         "loadtest_stalls",
+        "eval_pareto",
+        "evict_speed",
     ];
     let out = plot(&figures, dir.path());
     assert!(
@@ -80,6 +82,20 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
             && spec.contains("bf16: best 0.70x at k = 4 (α = 0.80, predicted 0.80x)")
             && spec.contains("--prompt-file prompts/story.txt"),
         "{spec}"
+    );
+    // Every policy with its bytes and accuracy; the legend names each family once.
+    let pareto = read("eval_pareto.md");
+    assert!(
+        pareto.contains("window-w32-s4 1.00 MiB (25 %): perplexity 12.00, top-1 80.0 %")
+            && pareto.contains("Full cache perplexity 10.00"),
+        "{pareto}"
+    );
+    assert_eq!(read("eval_pareto.svg").matches("H2O").count(), 2);
+    let speed = read("evict_speed.md");
+    assert!(
+        speed.contains("full: 10.0 ms (100.0 tokens/s, 70 rows) at 64, 20.0 ms")
+            && speed.contains("window-w32-s4: 9.0 ms (111.1 tokens/s, 32 rows) at 64"),
+        "{speed}"
     );
     let svg = read("spec_sweep_story.svg");
     for needle in [

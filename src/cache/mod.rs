@@ -18,16 +18,24 @@
 //!
 //! What is kept of each position (f32, int8, int4; all of it, or a window) is a second,
 //! independent choice: the `--kv` policy ([`policy`], [`quant`]; part "Shrinking the cache").
+//! The evicting policies keep at most a fixed number of positions: [`window`] (the latest,
+//! and the first few as attention sinks, in a ring) and [`h2o`] (the most attended),
+//! each the bitwise twin of the full cache with the evicted positions masked out
+//! ([`masked`], `tests/eviction.rs`; book: eviction.md). They hold fewer rows than
+//! positions seen, hence [`KvStore::rows_held`] beside [`KvStore::len`].
 //!
 //! Every layout reports the bytes it **reserves** and the bytes that hold **live**
 //! positions; the difference is the waste the chapters "Cache layouts" and
 //! "Capacity" measure.
 
 pub mod growable;
+pub mod h2o;
+pub mod masked;
 pub mod paged;
 pub mod policy;
 pub mod preallocated;
 pub mod quant;
+pub mod window;
 
 use crate::attention::KvView;
 use crate::config::Config;
@@ -35,9 +43,12 @@ use crate::error::{Error, Result};
 use serde::Serialize;
 
 pub use growable::GrowableCache;
+pub use h2o::H2oCache;
+pub use masked::{MaskRule, MaskedCache};
 pub use paged::{PagedCache, PagedSeq, SeqId};
 pub use policy::{new_policy_store, KvPolicy, PolicyParams};
 pub use preallocated::PreallocatedCache;
+pub use window::WindowCache;
 
 /// Positions per block when none is given: vLLM's default on GPUs (Kwon et al. 2023
 /// found 16-32 a good trade between waste in the last block and gather overhead).
@@ -47,8 +58,31 @@ pub const DEFAULT_BLOCK_SIZE: usize = 16;
 /// The verbs the model's cached path uses, in the order one forward pass calls them:
 /// `len` → `prepare` → for each layer (`write` → `read`) → `advance`.
 pub trait KvStore {
-    /// Positions stored: the position of the next token.
+    /// Positions seen: the position of the next token (its RoPE angle).
     fn len(&self) -> usize;
+
+    /// Rows held, which attention reads: `len()`, unless the cache evicts (then at
+    /// most its window or budget; `window.rs`, `h2o.rs`). Read after `prepare`, which
+    /// is where an evicting cache makes room.
+    fn rows_held(&self) -> usize {
+        self.len()
+    }
+
+    /// True when the cache wants [`KvStore::observe`] called after each layer's
+    /// attention (H2O ranks rows by the attention they receive); false costs nothing.
+    fn observes_attention(&self) -> bool {
+        false
+    }
+
+    /// The attention each held row received in layer `layer` during this pass, summed
+    /// over the pass's query rows and every query head: `[rows_held() + n]`.
+    fn observe(&mut self, _layer: usize, _received: &[f32]) {}
+
+    /// The most new tokens the next forward pass may bring: an evicting cache must hold
+    /// them all beside what it never evicts (a prompt longer than that is fed in chunks).
+    fn max_pass_tokens(&self) -> usize {
+        usize::MAX
+    }
 
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -62,7 +96,8 @@ pub trait KvStore {
     /// Writes layer `layer`'s K and V of the prepared positions. `k`, `v`: `[n, kv_dim]`.
     fn write(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
 
-    /// Layer `layer`'s keys and values for positions `0..end`, laid out as this cache keeps them.
+    /// Layer `layer`'s keys and values for rows `0..end` (positions `0..end` unless the
+    /// cache evicts), in position order, laid out as this cache keeps them.
     fn read(&self, layer: usize, end: usize) -> KvView<'_>;
 
     /// Marks the `n` prepared positions filled, once every layer has written them.
@@ -88,6 +123,18 @@ pub trait KvStore {
 impl<S: KvStore + ?Sized> KvStore for Box<S> {
     fn len(&self) -> usize {
         (**self).len()
+    }
+    fn rows_held(&self) -> usize {
+        (**self).rows_held()
+    }
+    fn observes_attention(&self) -> bool {
+        (**self).observes_attention()
+    }
+    fn observe(&mut self, layer: usize, received: &[f32]) {
+        (**self).observe(layer, received)
+    }
+    fn max_pass_tokens(&self) -> usize {
+        (**self).max_pass_tokens()
     }
     fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
         (**self).prepare(tokens)

@@ -10,14 +10,16 @@
 //! | `int8` | [`KvPolicy::Int8`] | every position, int8 with one scale per token per head |
 //! | `int4` | [`KvPolicy::Int4Kivi`] | every position, int4: keys per channel, values per token (KIVI) |
 //! | `int4-per-token` | [`KvPolicy::Int4PerToken`] | every position, int4: keys *and* values per token |
-//! | `window` | [`KvPolicy::Window`] | the first `sinks` and the last `window` positions |
+//! | `window` | [`KvPolicy::Window`] | `window` positions: the first `sinks` and the latest |
 //! | `h2o` | [`KvPolicy::H2o`] | `budget` positions: the heaviest hitters and the `recent` last |
 //!
 //! The quantized policies change *how precisely* attention sees each position, the
 //! eviction policies *which* positions it sees; every one of them is measured the same
 //! way by `kvlab eval` (`src/lab/eval.rs`).
 
-use crate::cache::{KvStore, PreallocatedCache};
+use crate::cache::h2o::check_budget;
+use crate::cache::window::check_window;
+use crate::cache::{H2oCache, KvStore, PreallocatedCache, WindowCache};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use serde::Serialize;
@@ -41,8 +43,8 @@ pub enum KvPolicy {
     /// KIVI (Liu et al. 2024): keys per *channel* over groups of `group` tokens (the
     /// last, unfilled group kept in f32), values per token in groups of `group` channels.
     Int4Kivi { group: usize },
-    /// A sliding window: the first `sinks` positions (attention sinks, Xiao et al. 2023)
-    /// and the last `window`.
+    /// A sliding window of `window` positions: the first `sinks` (attention sinks, Xiao
+    /// et al. 2024) and the latest `window - sinks` (`src/cache/window.rs`).
     Window { window: usize, sinks: usize },
     /// Heavy-hitter oracle (Zhang et al. 2023): `budget` positions, the `recent` last ones
     /// and those with the largest accumulated attention.
@@ -104,6 +106,12 @@ impl KvPolicy {
                 )))
             }
         };
+        // A window or budget that cannot work fails here, before a model loads.
+        match policy {
+            KvPolicy::Window { window, sinks } => check_window(window, sinks)?,
+            KvPolicy::H2o { budget, recent } => check_budget(budget, recent)?,
+            _ => {}
+        }
         Ok(policy)
     }
 
@@ -151,15 +159,10 @@ pub fn new_policy_store(
         KvPolicy::Int8 | KvPolicy::Int4PerToken { .. } | KvPolicy::Int4Kivi { .. } => Ok(Box::new(
             crate::cache::quant::QuantCache::new(config, policy, capacity)?,
         )),
-        KvPolicy::Window { .. } | KvPolicy::H2o { .. } => Err(not_built(policy)),
+        KvPolicy::Window { window, sinks } => {
+            Ok(Box::new(WindowCache::new(config, window, sinks)?))
+        }
+        KvPolicy::H2o { budget, recent } => Ok(Box::new(H2oCache::new(config, budget, recent)?)),
     }
 }
 // ANCHOR_END: policy_store
-
-/// The error of a policy whose cache is not written yet.
-fn not_built(policy: KvPolicy) -> Error {
-    Error::InvalidArgument(format!(
-        "--kv {}: this policy is not built yet: use full, int8, int4 or int4-per-token",
-        policy.name()
-    ))
-}

@@ -17,7 +17,8 @@
 //! | [`spec_sweep`] | `kvlab spec-sweep` | speculative.md |
 //! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
 //! | [`gqa`] | `kvlab gqa` | gqa.md |
-//! | [`eval`] | `kvlab eval` | kv-quantization.md, eviction.md |
+//! | [`eval`] | `kvlab eval`, `kvlab eval-table` | kv-quantization.md, eviction.md |
+//! | [`evict_speed`] | `kvlab evict-speed` | eviction.md |
 //! | [`kv_bench`] | `kvlab bench-kv` | kv-quantization.md |
 //! | [`batching`] | `kvlab bench-batch` | scheduling.md |
 //!
@@ -30,6 +31,7 @@ pub mod cache_bench;
 pub mod capacity;
 pub mod compare;
 pub mod eval;
+pub mod evict_speed;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
 pub mod gqa;

@@ -27,6 +27,7 @@ use cmd::bench::{BenchArgs, BenchCacheArgs, BenchKvArgs};
 use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
 use cmd::eval::EvalArgs;
+use cmd::evict::{EvalTableArgs, EvictSpeedArgs};
 use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
 use cmd::gqa::GqaArgs;
 use cmd::model::{ImportArgs, KvSizeArgs};
@@ -82,6 +83,10 @@ enum Command {
     /// Score a text teacher-forced with a KV policy (full, int8, int4, int4-per-token, window,
     /// h2o) against the full cache: perplexity, top-1 agreement, KL, KV bytes.
     Eval(EvalArgs),
+    /// Every policy's `kvlab eval --json` on one text as a Markdown table (the Pareto figure's numbers).
+    EvalTable(EvalTableArgs),
+    /// One decode step at several contexts, full cache vs sliding window: a window's cost stays flat.
+    EvictSpeed(EvictSpeedArgs),
     /// Speculative decoding's premise: one verify pass over k drafts, in decode steps (k = 1..16).
     BenchVerify(BenchVerifyArgs),
     /// Speculative decoding over drafters x draft lengths on one prompt: acceptance, speedups.
@@ -117,6 +122,8 @@ fn main() {
         Command::Plot(args) => plot::plot(args),
         Command::Gqa(args) => cmd::gqa::gqa(args),
         Command::Eval(args) => cmd::eval::eval(args),
+        Command::EvalTable(args) => cmd::evict::eval_table(args),
+        Command::EvictSpeed(args) => cmd::evict::evict_speed(args),
         Command::BenchVerify(args) => cmd::speculative::bench_verify(args),
         Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),
         Command::BenchBatch(args) => cmd::batch::bench_batch(args),

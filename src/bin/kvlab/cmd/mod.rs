@@ -7,6 +7,7 @@ pub mod bench;
 pub mod cache;
 pub mod chat;
 pub mod eval;
+pub mod evict;
 pub mod generate;
 pub mod gqa;
 pub mod model;

@@ -8,13 +8,16 @@
 //! compare, roofline), `memory.rs` (KV bytes, layouts, capacity, prefix, multi-turn),
 //! `attention.rs` (the attention map and the attention sink), `speculative.rs` (speedup
 //! and acceptance against the draft length), `batching.rs` (serving: throughput against
-//! concurrency, the decode stall); `chart.rs` is the shared
+//! concurrency, the decode stall), `serving.rs` (the load test's stalls), `pareto.rs`
+//! (every KV policy's accuracy against its bytes, and a window's flat step cost);
+//! `chart.rs` is the shared
 //! line chart.
 
 mod attention;
 mod batching;
 pub mod chart;
 mod memory;
+pub mod pareto;
 mod serving;
 mod speculative;
 mod timing;
@@ -104,6 +107,16 @@ const FIGURES: &[Figure] = &[
         name: "attention_sink",
         inputs: &["attention.json"],
         draw: attention::attention_sink,
+    },
+    Figure {
+        name: "eval_pareto",
+        inputs: &["eval_pareto.jsonl"],
+        draw: pareto::eval_pareto,
+    },
+    Figure {
+        name: "evict_speed",
+        inputs: &["eval_evict_speed.json"],
+        draw: pareto::evict_speed,
     },
     Figure {
         name: "spec_sweep_fix_typos",

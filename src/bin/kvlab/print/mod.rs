@@ -13,10 +13,12 @@ use kvlab::lab::trace::TraceRow;
 
 mod batching;
 mod eval;
+mod evict;
 mod serving;
 mod speculative;
 pub use batching::batching;
 pub use eval::{eval, kv_bench};
+pub use evict::{eval_table, evict_speed};
 pub use serving::{loadtest, loadtest_table};
 pub use speculative::{spec_comparison, spec_summary, spec_sweep, verify_cost};
 
