@@ -233,7 +233,7 @@ fn cases() -> Vec<Case> {
         usage("--max-new-tokens -1", |m| on("generate", m, &["--prompt", "hi", "--max-new-tokens", "-1"]), "unexpected argument '-1'"),
         usage("--block-size 0", |m| generate(m, &["--block-size", "0"]), "0 is not in 1..=4096"),
         usage("--prompt-len 2^64 (does not parse)", |m| on("generate", m, &["--prompt-len", "18446744073709551616"]), "invalid value"),
-        usage("an unknown flag", |m| generate(m, &["--budget", "1GiB"]), "unexpected argument '--budget'"),
+        usage("an unknown flag", |m| generate(m, &["--kv-bytes", "1GiB"]), "unexpected argument '--kv-bytes'"),
         // ---- a closed stdout (`kvlab ... | true`): quiet, exit 141 ----
         closed("generate | true", |m| on("generate", m, &["--prompt", "hi there", "--max-new-tokens", "4"]), ""),
         closed("generate --json | true", |m| on("generate", m, &["--prompt", "hi", "--max-new-tokens", "2", "--json"]), ""),

@@ -192,6 +192,49 @@ fn policy_names_parse_and_bad_ones_say_what_to_do() {
         .unwrap(),
         KvPolicy::Int4PerToken { group: 16 }
     );
+    // An option the policy does not read is refused, never silently ignored.
+    for (name, params, flag) in [
+        (
+            "full",
+            PolicyParams {
+                budget: Some(100),
+                ..p
+            },
+            "--budget",
+        ),
+        (
+            "int8",
+            PolicyParams {
+                group: Some(16),
+                ..p
+            },
+            "--group",
+        ),
+        (
+            "window",
+            PolicyParams {
+                window: Some(64),
+                recent: Some(8),
+                ..p
+            },
+            "--recent",
+        ),
+        (
+            "h2o",
+            PolicyParams {
+                budget: Some(64),
+                sinks: Some(4),
+                ..p
+            },
+            "--sinks",
+        ),
+    ] {
+        let err = KvPolicy::parse(name, params).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("{flag} does nothing with --kv {name}")),
+            "{err}"
+        );
+    }
     let err = KvPolicy::parse("int3", p).unwrap_err().to_string();
     assert!(
         err.contains("unknown KV policy `int3`") && err.contains("int4-per-token"),
