@@ -332,6 +332,9 @@ fn the_handle_streams_tokens_and_cancels_on_drop() {
     let model = tiny_model();
     let config = engine_config(&model, Policy::ContinuousChunked, 32, 100, 4);
     let handle = EngineHandle::spawn(model.clone(), config).unwrap();
+    // Before any iteration, the counters already describe the empty pool.
+    let at_start = handle.metrics();
+    assert!(at_start.kv_blocks_free > 0 && at_start.kv_blocks_used == 0);
     let requests: Vec<Request> = (0..5).map(|i| greedy(vec![i, 7, 9, 11], 12)).collect();
     let mut streams: Vec<_> = requests
         .iter()

@@ -57,8 +57,14 @@ impl EngineHandle {
     /// Starts the engine loop on a new thread.
     pub fn spawn(model: Arc<Model>, config: EngineConfig) -> Result<EngineHandle> {
         let engine = Engine::new(model.clone(), config.clone())?;
+        // The counters of the empty engine (every block free), so that `/metrics` is
+        // right before the first iteration too.
+        let inbox = Inbox {
+            metrics: engine.metrics(),
+            ..Inbox::default()
+        };
         let shared = Arc::new(Shared {
-            inbox: Mutex::new(Inbox::default()),
+            inbox: Mutex::new(inbox),
             wake: Condvar::new(),
             next_id: AtomicU64::new(0),
             model,
