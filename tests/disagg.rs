@@ -74,7 +74,7 @@ fn check_twin(model: Arc<Model>, requests: Vec<Request>, budget: usize, bs: usiz
         let bytes = t.to_bytes();
         let parsed = KvTransfer::from_bytes(&bytes).unwrap();
         assert_eq!(parsed, t);
-        decode.import(id, parsed).unwrap();
+        decode.import(id, &parsed).unwrap();
     }
     drain(&mut decode, &mut got);
     for (id, (tokens, logits)) in &expected {
@@ -178,19 +178,19 @@ fn malformed_transfers_are_one_line_errors() {
     let other = Arc::new(Model::random(tiny_config(3, 4, 2, 8, 64), 5).unwrap());
     let mut decode = Engine::new(other, config(64, 4)).unwrap();
     decode.set_role(Role::DecodeOnly);
-    let e = decode.import(0, t.clone()).unwrap_err().to_string();
+    let e = decode.import(0, &t).unwrap_err().to_string();
     assert!(e.contains("same model") && !e.contains('\n'), "{e}");
     let mut decode = Engine::new(model, config(64, 4)).unwrap();
     decode.set_role(Role::DecodeOnly);
     let mut short = t.clone();
     short.k[1].pop();
-    assert!(decode.import(0, short).is_err());
+    assert!(decode.import(0, &short).is_err());
     let e = decode
         .add(greedy(t.prompt.clone(), 2))
         .unwrap_err()
         .to_string();
     assert!(e.contains("only decodes"), "{e}");
-    decode.import(0, t).unwrap();
+    decode.import(0, &t).unwrap();
 }
 
 fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {

@@ -235,7 +235,7 @@ impl Engine {
     /// prompt, its rows written into them, and the request running in decode with its
     /// first token already emitted. `QueueFull` when the pool lacks the blocks now (try
     /// again after an iteration); `Invalid` when the transfer does not fit this model.
-    pub fn import(&mut self, id: u64, t: KvTransfer) -> std::result::Result<(), SubmitError> {
+    pub fn import(&mut self, id: u64, t: &KvTransfer) -> std::result::Result<(), SubmitError> {
         let c = &self.model.config;
         let (len, kv_dim) = (t.prompt.len(), c.n_kv_heads() * c.head_dim());
         let invalid = |why: String| SubmitError::Invalid(Error::InvalidArgument(why));
@@ -264,10 +264,10 @@ impl Engine {
             return Err(invalid(format!("request id {id} is already in the engine")));
         }
         let request = Request {
-            prompt: t.prompt,
+            prompt: t.prompt.clone(),
             max_tokens: t.max_tokens,
             sampling: t.sampling,
-            stop_ids: t.stop_ids,
+            stop_ids: t.stop_ids.clone(),
         };
         super::engine::validate(&self.model, self.config(), &request)
             .map_err(SubmitError::Invalid)?;

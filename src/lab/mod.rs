@@ -20,6 +20,7 @@
 //! | [`eval`] | `kvlab eval` | kv-quantization.md, eviction.md |
 //! | [`kv_bench`] | `kvlab bench-kv` | kv-quantization.md |
 //! | [`batching`] | `kvlab bench-batch` | scheduling.md |
+//! | [`disagg`] | `kvlab bench-disagg` | serving.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
@@ -29,6 +30,7 @@ pub mod bench;
 pub mod cache_bench;
 pub mod capacity;
 pub mod compare;
+pub mod disagg;
 pub mod eval;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;

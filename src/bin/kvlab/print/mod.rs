@@ -15,7 +15,7 @@ mod batching;
 mod eval;
 mod serving;
 mod speculative;
-pub use batching::batching;
+pub use batching::{batching, disagg};
 pub use eval::{eval, kv_bench};
 pub use serving::{loadtest, loadtest_table};
 pub use speculative::{spec_comparison, spec_summary, spec_sweep, verify_cost};
