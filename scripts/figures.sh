@@ -40,6 +40,8 @@ EVAL_TEXT=${EVAL_TEXT:-tests/fixtures/eval/apache-2.0-head.txt}
 EVAL_POLICIES=${EVAL_POLICIES:-full int8 int4 int4-per-token}
 BATCH_CONCURRENCY=${BATCH_CONCURRENCY:-1,2,4,8,16}
 BATCH_NEW=${BATCH_NEW:-32}
+DISAGG_REQUESTS=${DISAGG_REQUESTS:-12}
+DISAGG_RATE=${DISAGG_RATE:-2}
 ONLY=${ONLY:-}
 OUT=${OUT:-book/src/figures}
 DATA=$OUT/data
@@ -148,6 +150,9 @@ done
 # Serving many requests: tokens/s vs concurrency (continuous batching vs one at a time)
 # and the decode stall while a 1000-token prompt is prefilled whole or in chunks.
 measure batching.json -- bench-batch --model "$MODEL" --concurrency "$BATCH_CONCURRENCY" --max-tokens "$BATCH_NEW" --json
+# Prefill/decode disaggregation over loopback TCP vs one colocated engine, same seeded
+# workload (book: serving.md; data only, no figure). ONLY=disagg runs only this.
+measure disagg.json -- bench-disagg --model "$MODEL" --requests "$DISAGG_REQUESTS" --rate "$DISAGG_RATE" --seed 0 --json
 
 # kvlab serve under each scheduling policy, one seeded workload over HTTP (book: serving.md):
 # writes loadtest_<policy>.json and .cmd for the table (`kvlab loadtest-table`) and the
