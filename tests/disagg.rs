@@ -110,8 +110,9 @@ proptest! {
                     prompt: (0..len).map(|_| (r.next_u64() % 64) as u32).collect(),
                     max_tokens,
                     sampling: SamplingParams {
-                        temperature: if sampled { 0.8 } else { 0.0 },
-                        top_p: if sampled { 0.9 } else { 1.0 },
+                        // Hot enough that the draws matter on a random model's logits.
+                        temperature: if sampled { 4.0 } else { 0.0 },
+                        top_p: 1.0,
                         seed: rseed,
                     },
                     stop_ids: vec![],
