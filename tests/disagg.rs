@@ -169,6 +169,12 @@ fn malformed_transfers_are_one_line_errors() {
     let mut forged = bytes.clone();
     forged[12..16].copy_from_slice(&u32::MAX.to_le_bytes()); // prompt length
     assert!(KvTransfer::from_bytes(&forged).is_err());
+    // Zero positions, u32::MAX layers: a 0-byte payload that must not size anything.
+    let mut forged = bytes[..44].to_vec();
+    forged[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+    forged[12..16].copy_from_slice(&0u32.to_le_bytes());
+    let e = KvTransfer::from_bytes(&forged).unwrap_err().to_string();
+    assert!(e.contains("none may be 0"), "{e}");
     let mut forged = bytes.clone();
     forged[0] = b'X';
     assert!(KvTransfer::from_bytes(&forged)

@@ -105,6 +105,13 @@ impl KvTransfer {
             *h = r.u32()? as usize;
         }
         let [n_layers, kv_dim, len, first_token, max_tokens, n_stop] = header;
+        // An empty prompt or zero-width rows would make the payload 0 bytes whatever
+        // n_layers claims: refused before n_layers sizes anything.
+        if len == 0 || kv_dim == 0 || n_layers == 0 {
+            return Err(bad(&format!(
+                "{n_layers} layers x {len} positions x {kv_dim} floats: none may be 0"
+            )));
+        }
         let temperature = f32::from_le_bytes(r.array()?);
         let top_p = f32::from_le_bytes(r.array()?);
         let seed = u64::from_le_bytes(r.array()?);
