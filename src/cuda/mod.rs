@@ -42,8 +42,8 @@ pub mod nvrtc;
 pub mod ops;
 pub mod ops_attention;
 pub mod ops_fused;
-pub mod ops_quant;
 pub mod ops_splitk;
+pub mod ops_quant;
 pub mod speculative;
 pub mod weights;
 
