@@ -45,6 +45,8 @@ PARETO_TOKENS=${PARETO_TOKENS:-1024}
 PARETO_WINDOW=${PARETO_WINDOW:-256}
 EVICT_CONTEXTS=${EVICT_CONTEXTS:-512,2048}
 EVICT_REPS=${EVICT_REPS:-21}
+DISAGG_REQUESTS=${DISAGG_REQUESTS:-12}
+DISAGG_RATE=${DISAGG_RATE:-2}
 ONLY=${ONLY:-}
 OUT=${OUT:-book/src/figures}
 DATA=$OUT/data
@@ -153,6 +155,9 @@ done
 # Serving many requests: tokens/s vs concurrency (continuous batching vs one at a time)
 # and the decode stall while a 1000-token prompt is prefilled whole or in chunks.
 measure batching.json -- bench-batch --model "$MODEL" --concurrency "$BATCH_CONCURRENCY" --max-tokens "$BATCH_NEW" --json
+# Prefill/decode disaggregation over loopback TCP vs one colocated engine, same seeded
+# workload (book: serving.md; data only, no figure). ONLY=disagg runs only this.
+measure disagg.json -- bench-disagg --model "$MODEL" --requests "$DISAGG_REQUESTS" --rate "$DISAGG_RATE" --seed 0 --json
 
 # kvlab serve under each scheduling policy, one seeded workload over HTTP (book: serving.md):
 # writes loadtest_<policy>.json and .cmd for the table (`kvlab loadtest-table`) and the

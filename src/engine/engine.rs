@@ -15,6 +15,7 @@ use super::metrics::EngineMetrics;
 use super::request::{EngineConfig, Event, FinishReason, Policy, Request, SubmitError};
 use super::scheduler::{pick_batch, prefill_chunk, Budget, Candidate, Scheduled};
 use super::sequence::Sequence;
+use super::transfer::{KvTransfer, Role};
 use crate::batch::PagedBatch;
 use crate::cache::{PagedCache, SeqId};
 use crate::error::{Error, Result};
@@ -49,6 +50,10 @@ pub struct StepReport {
     /// Requests preempted this iteration (blocks freed, back to the waiting queue).
     pub preempted: Vec<u64>,
     pub cancelled: Vec<u64>,
+    /// Prefill-only role: the requests that got their first token this iteration, with
+    /// their KV rows (per request id), ready to ship to a decode engine (they have left this engine).
+    #[serde(skip)]
+    pub transfers: Vec<(u64, KvTransfer)>,
     /// With `capture_logits`: the logits each sampled token was drawn from.
     #[serde(skip)]
     pub logits: Vec<(u64, Vec<f32>)>,
@@ -64,16 +69,18 @@ impl StepReport {
 
 /// The synchronous engine: a waiting queue, the running sequences, one paged pool.
 pub struct Engine {
-    model: Arc<Model>,
+    pub(super) model: Arc<Model>,
     config: EngineConfig,
-    cache: PagedCache,
-    seqs: HashMap<u64, Sequence>,
+    pub(super) cache: PagedCache,
+    pub(super) seqs: HashMap<u64, Sequence>,
     /// Running sequences in admission order: the last is the youngest, preempted first.
-    running: Vec<u64>,
+    pub(super) running: Vec<u64>,
     waiting: VecDeque<u64>,
     cancelled: BTreeSet<u64>,
-    next_id: u64,
+    pub(super) next_id: u64,
     metrics: EngineMetrics,
+    /// Colocated (both phases), or one half of a disaggregated pair (`transfer.rs`).
+    pub(super) role: Role,
 }
 
 impl Engine {
@@ -100,7 +107,16 @@ impl Engine {
             cancelled: BTreeSet::new(),
             next_id: 0,
             metrics: EngineMetrics::default(),
+            role: Role::Colocated,
         })
+    }
+
+    /// Makes this engine one half of a disaggregated pair, or colocated again.
+    pub fn set_role(&mut self, role: Role) {
+        self.role = role;
+    }
+    pub fn role(&self) -> Role {
+        self.role
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -122,6 +138,11 @@ impl Engine {
 
     /// Queues `request` under the caller's `id` (the handle numbers its streams itself).
     pub fn add_as(&mut self, id: u64, request: Request) -> std::result::Result<(), SubmitError> {
+        if self.role == Role::DecodeOnly {
+            return Err(SubmitError::Invalid(Error::InvalidArgument(
+                "this engine only decodes: give it requests with `import` (a KvTransfer from a prefill engine)".into(),
+            )));
+        }
         validate(&self.model, &self.config, &request).map_err(SubmitError::Invalid)?;
         if self.waiting.len() >= self.config.max_waiting {
             return Err(SubmitError::QueueFull { retry_after_s: 1 });
@@ -406,7 +427,17 @@ impl Engine {
             self.metrics.generated_tokens += 1;
             report.tokens.push((id, token));
             report.events.push((id, Event::Token { id: token }));
-            (seq.generated == seq.request.max_tokens).then_some(FinishReason::Length)
+            if seq.generated == seq.request.max_tokens {
+                Some(FinishReason::Length)
+            } else if self.role == Role::PrefillOnly {
+                // Its prefill is done: its KV rows leave for the decode engine.
+                let transfer = self.export(id)?;
+                self.remove(id)?;
+                report.transfers.push((id, transfer));
+                return Ok(());
+            } else {
+                None
+            }
         };
         if let Some(reason) = reason {
             let seq = self.remove(id)?.expect("running");

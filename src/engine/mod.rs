@@ -9,6 +9,7 @@
 //! | `engine.rs` | one iteration: schedule, preempt, one batched forward pass, sample, retire |
 //! | `handle.rs` | the loop on its own thread; the handle and streams a server uses |
 //! | `metrics.rs` | counters and latency histograms |
+//! | `transfer.rs` | prefill/decode disaggregation: a finished prefill's KV rows, shipped |
 //!
 //! The batched forward pass itself is `src/batch.rs`.
 
@@ -19,6 +20,7 @@ mod metrics;
 mod request;
 pub mod scheduler;
 mod sequence;
+mod transfer;
 
 pub use engine::{validate, Engine, RowsRun, StepReport};
 pub use handle::{EngineHandle, RequestStream};
@@ -27,3 +29,4 @@ pub use request::{
     EngineConfig, Event, FinishReason, Policy, Request, SamplingParams, SubmitError,
 };
 pub use sequence::Sequence;
+pub use transfer::{KvTransfer, Role};

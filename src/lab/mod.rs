@@ -21,6 +21,7 @@
 //! | [`evict_speed`] | `kvlab evict-speed` | eviction.md |
 //! | [`kv_bench`] | `kvlab bench-kv` | kv-quantization.md |
 //! | [`batching`] | `kvlab bench-batch` | scheduling.md |
+//! | [`disagg`] | `kvlab bench-disagg` | serving.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
@@ -30,6 +31,7 @@ pub mod bench;
 pub mod cache_bench;
 pub mod capacity;
 pub mod compare;
+pub mod disagg;
 pub mod eval;
 pub mod evict_speed;
 #[cfg(feature = "cuda")]

@@ -1,6 +1,6 @@
 //! The `kvlab` command line: generate, compare the two paths, size a KV cache, import a
 //! GGUF, a zero-setup demo, and the experiments (bench, trace, capacity, prefix, chat,
-//! bench-cache, attention-map, gqa, bench-verify, spec-sweep, bench-batch), and `kvlab plot`,
+//! bench-cache, attention-map, gqa, bench-verify, spec-sweep, bench-batch, bench-disagg), and `kvlab plot`,
 //! which draws the book's figures.
 //!
 //! The rule (src/lib.rs): the library computes and returns `Serialize` reports; this
@@ -22,7 +22,7 @@ mod print;
 
 use clap::{Parser, Subcommand};
 use cmd::attention::AttentionMapArgs;
-use cmd::batch::BenchBatchArgs;
+use cmd::batch::{BenchBatchArgs, BenchDisaggArgs};
 use cmd::bench::{BenchArgs, BenchCacheArgs, BenchKvArgs};
 use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
@@ -94,6 +94,9 @@ enum Command {
     /// Serving many requests: output tokens/s vs concurrency (continuous batching vs one
     /// at a time), and the decode stall with and without chunked prefill.
     BenchBatch(BenchBatchArgs),
+    /// Prefill/decode disaggregation: a prefill engine ships KV blocks over loopback TCP
+    /// to a decode engine (1 core each) vs one colocated engine (2 cores): TTFT, ITL, bytes.
+    BenchDisagg(BenchDisaggArgs),
     /// An OpenAI-compatible HTTP server (chat and completions, streamed or not) over the
     /// batching engine.
     Serve(ServeArgs),
@@ -127,6 +130,7 @@ fn main() {
         Command::BenchVerify(args) => cmd::speculative::bench_verify(args),
         Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),
         Command::BenchBatch(args) => cmd::batch::bench_batch(args),
+        Command::BenchDisagg(args) => cmd::batch::bench_disagg(args),
         Command::Serve(args) => cmd::serve::serve(args),
         Command::Loadtest(args) => cmd::serve::loadtest(args),
         Command::LoadtestTable(args) => cmd::serve::loadtest_table(args),

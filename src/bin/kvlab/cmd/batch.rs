@@ -51,3 +51,43 @@ pub fn bench_batch(args: BenchBatchArgs) -> Result<()> {
     print::batching(&report);
     Ok(())
 }
+
+#[derive(Args)]
+pub struct BenchDisaggArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Requests in the seeded workload (`kvlab loadtest`'s generator).
+    #[arg(long, default_value_t = 12)]
+    pub requests: usize,
+    /// Mean arrivals per second (Poisson).
+    #[arg(long, default_value_t = 2.0)]
+    pub rate: f64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Kinds of requests and their weights: short (20-60 prompt tokens), long (900-1100).
+    #[arg(long, default_value = "short:3,long:1")]
+    pub prompt_mix: String,
+    /// Tokens one iteration may run (decodes + a prefill chunk).
+    #[arg(long, default_value_t = 256)]
+    pub max_batch_tokens: usize,
+    #[command(flatten)]
+    pub out: JsonArgs,
+}
+
+/// `kvlab bench-disagg`: prefill/decode disaggregation over loopback TCP vs colocated.
+pub fn bench_disagg(args: BenchDisaggArgs) -> Result<()> {
+    let loaded = args.model.load(0, false)?;
+    let options = kvlab::lab::disagg::DisaggOptions {
+        requests: args.requests,
+        rate: args.rate,
+        seed: args.seed,
+        mix: kvlab::server::workload::PromptMix::parse(&args.prompt_mix)?,
+        max_batch_tokens: args.max_batch_tokens,
+    };
+    let report = kvlab::lab::disagg::run(Arc::new(loaded.model), &loaded.name, options)?;
+    if args.out.json {
+        return print::json(&report);
+    }
+    print::disagg(&report);
+    Ok(())
+}

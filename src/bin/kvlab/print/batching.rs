@@ -1,6 +1,7 @@
-//! `kvlab bench-batch`'s tables.
+//! `kvlab bench-batch`'s and `kvlab bench-disagg`'s tables.
 
 use kvlab::lab::batching::BatchingReport;
+use kvlab::lab::disagg::DisaggReport;
 
 pub fn batching(r: &BatchingReport) {
     let o = &r.options;
@@ -65,4 +66,54 @@ pub fn batching(r: &BatchingReport) {
         );
     }
     outln!("(ITL: gaps between the running requests' tokens; --json has every iteration's time and rows)");
+}
+
+/// `kvlab bench-disagg`'s table.
+pub fn disagg(r: &DisaggReport) {
+    let o = &r.options;
+    outln!(
+        "kvlab bench-disagg — {} on {}: {} requests ({}, {} prompt + {} output tokens), Poisson {}/s, seed {}, token budget {}",
+        r.model,
+        r.machine,
+        o.requests,
+        o.mix.kinds.iter().map(|(k, w)| format!("{}:{w}", k.name)).collect::<Vec<_>>().join(","),
+        r.prompt_tokens,
+        r.output_tokens,
+        o.rate,
+        o.seed,
+        o.max_batch_tokens
+    );
+    outln!(
+        "{:<14} {:<34} {:>9} {:>9} {:>8} {:>8} {:>7} {:>11} {:>10}",
+        "mode",
+        "threads",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p50",
+        "ITL p99",
+        "tok/s",
+        "bytes/req",
+        "handoff p50"
+    );
+    for m in [&r.colocated, &r.disaggregated] {
+        outln!(
+            "{:<14} {:<34} {:>7.0}ms {:>7.0}ms {:>6.1}ms {:>6.1}ms {:>7.1} {:>11.0} {:>9.1}ms",
+            m.mode,
+            m.threads,
+            m.ttft_ms.p50,
+            m.ttft_ms.p99,
+            m.itl_ms.p50,
+            m.itl_ms.p99,
+            m.output_tokens_per_s,
+            m.bytes_per_request,
+            m.handoff_ms.p50
+        );
+    }
+    outln!(
+        "KV moved per prompt token: 2 x layers x kv_dim x 4 = {} bytes; {} bytes over loopback in all ({:.1} MB); same tokens in both modes: {}",
+        r.kv_bytes_per_prompt_token,
+        r.disaggregated.bytes_moved,
+        r.disaggregated.bytes_moved as f64 / 1e6,
+        if r.tokens_identical { "yes" } else { "NO" }
+    );
 }

@@ -16,7 +16,7 @@ mod eval;
 mod evict;
 mod serving;
 mod speculative;
-pub use batching::batching;
+pub use batching::{batching, disagg};
 pub use eval::{eval, kv_bench};
 pub use evict::{eval_table, evict_speed};
 pub use serving::{loadtest, loadtest_table};

@@ -1,0 +1,45 @@
+//! `kvlab bench-disagg`: bad input is one line; the JSON report has both modes, the same
+//! tokens in each, and exactly the bytes the wire format says moved.
+
+mod common;
+
+use common::cli::{fails_with, json};
+
+#[test]
+fn bench_disagg_refuses_bad_input_in_one_line() {
+    let base = ["bench-disagg", "--random-weights"];
+    let with = |extra: &[&'static str]| [&base[..], extra].concat();
+    fails_with(&with(&["--requests", "0"]), "--requests");
+    fails_with(&with(&["--rate", "0"]), "--rate");
+    fails_with(&with(&["--prompt-mix", "huge:1"]), "huge");
+}
+
+#[test]
+fn bench_disagg_json_moves_the_bytes_the_format_says() {
+    let r = json(&[
+        "bench-disagg",
+        "--random-weights",
+        "--requests",
+        "3",
+        "--rate",
+        "50",
+        "--prompt-mix",
+        "short:1",
+        "--json",
+    ]);
+    assert_eq!(r["tokens_identical"], true, "{r}");
+    assert_eq!(r["kv_bytes_per_prompt_token"], 2 * 30 * 3 * 64 * 4);
+    let prompt_tokens = r["prompt_tokens"].as_u64().unwrap();
+    let per_token = r["kv_bytes_per_prompt_token"].as_u64().unwrap();
+    // Per request: a 16-byte frame header, the 44-byte transfer header; per prompt token:
+    // its id (4 bytes) and its K and V rows.
+    let expected = 3 * (16 + 44) + prompt_tokens * (4 + per_token);
+    assert_eq!(r["disaggregated"]["bytes_moved"], expected);
+    assert_eq!(r["colocated"]["bytes_moved"], 0);
+    for mode in ["colocated", "disaggregated"] {
+        let m = &r[mode];
+        assert_eq!(m["ttft_ms"]["samples"], 3, "{mode}");
+        assert!(m["output_tokens_per_s"].as_f64().unwrap() > 0.0, "{mode}");
+    }
+    assert!(r["machine"].as_str().unwrap().contains("threads"));
+}
