@@ -74,29 +74,6 @@ impl KvPolicy {
     /// The policy `--kv NAME` names, with its numbers from `params`. An unknown name is
     /// an error listing the known ones.
     pub fn parse(name: &str, params: PolicyParams) -> Result<KvPolicy> {
-        // An option the chosen policy does not read would be silently ignored: a learner
-        // would believe `--budget 100` bounded a full cache. Refuse it instead.
-        let uses: &[&str] = match name {
-            "int4" | "int4-kivi" | "int4-per-token" => &["--group"],
-            "window" => &["--window", "--sinks"],
-            "h2o" => &["--budget", "--recent"],
-            _ => &[],
-        };
-        let given = [
-            ("--window", params.window.is_some()),
-            ("--sinks", params.sinks.is_some()),
-            ("--budget", params.budget.is_some()),
-            ("--recent", params.recent.is_some()),
-            ("--group", params.group.is_some()),
-        ];
-        if POLICY_NAMES.contains(&name) || name == "int4-kivi" {
-            if let Some((flag, _)) = given.iter().find(|(f, on)| *on && !uses.contains(f)) {
-                return Err(Error::InvalidArgument(format!(
-                    "{flag} does nothing with --kv {name}: drop it, or pick the policy that reads it \
-                     (--window/--sinks: window; --budget/--recent: h2o; --group: int4, int4-per-token)"
-                )));
-            }
-        }
         let group = params.group.unwrap_or(DEFAULT_GROUP);
         let policy = match name {
             "full" => KvPolicy::Full,
@@ -129,6 +106,27 @@ impl KvPolicy {
                 )))
             }
         };
+        // An option the chosen policy does not read would be silently ignored: a learner
+        // would believe `--budget 100` bounded a full cache. Refuse it instead.
+        let reads: &[&str] = match policy {
+            KvPolicy::Full | KvPolicy::Int8 => &[],
+            KvPolicy::Int4Kivi { .. } | KvPolicy::Int4PerToken { .. } => &["--group"],
+            KvPolicy::Window { .. } => &["--window", "--sinks"],
+            KvPolicy::H2o { .. } => &["--budget", "--recent"],
+        };
+        let given = [
+            ("--window", params.window.is_some()),
+            ("--sinks", params.sinks.is_some()),
+            ("--budget", params.budget.is_some()),
+            ("--recent", params.recent.is_some()),
+            ("--group", params.group.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(f, on)| *on && !reads.contains(f)) {
+            return Err(Error::InvalidArgument(format!(
+                "{flag} does nothing with --kv {name}: drop it, or pick the policy that reads it \
+                 (--window/--sinks: window; --budget/--recent: h2o; --group: int4, int4-per-token)"
+            )));
+        }
         // A window or budget that cannot work fails here, before a model loads.
         match policy {
             KvPolicy::Window { window, sinks } => check_window(window, sinks)?,
