@@ -7,13 +7,13 @@
 
 use crate::cache::{new_store, CacheKind, KvPolicy, KvStore, DEFAULT_BLOCK_SIZE};
 use crate::config::Config;
-use crate::device::{Device, GpuDtype, WeightDtype};
+use crate::device::{Device, GpuDtype, WeightDtype, WeightLayout};
 use crate::error::Result;
 use crate::generate::{
     check_request, generate_with, Cached, Decoder, GenerateOptions, Generation, Naive, PathKind,
 };
 use crate::model::Model;
-use crate::simd::{Q8Block, WeightElem};
+use crate::simd::{Q8Block, WeightElem, PANEL};
 use half::bf16;
 
 /// Where the cached path keeps K and V: a layout, and the block size of the paged ones.
@@ -103,10 +103,14 @@ pub fn generate<E: WeightElem>(
 
 /// A model ready to run on one device, in one weight format.
 pub enum Backend<'a> {
-    /// f32 weights, as loaded.
+    /// f32 weights, as loaded (row layout).
     Cpu(&'a Model),
+    /// f32 weights in panels: the loaded model laid out once (`Model::to_panels`).
+    CpuPanels(Box<Model<[f32; PANEL]>>),
     /// bf16 weights: the loaded model converted once (`Model::to_bf16`).
     CpuBf16(Box<Model<bf16>>),
+    /// bf16 weights in panels.
+    CpuBf16Panels(Box<Model<[bf16; PANEL]>>),
     /// int8 weights (Q8_0 blocks): the loaded model quantized once (`Model::to_int8`).
     CpuInt8(Box<Model<Q8Block>>),
     #[cfg(feature = "cuda")]
@@ -115,10 +119,21 @@ pub enum Backend<'a> {
 
 impl<'a> Backend<'a> {
     /// `model` on the CPU with its weights in `dtype` (bf16, int8: converted here, once;
-    /// int8 fails on a model whose matrices do not split into whole blocks).
-    pub fn cpu(model: &'a Model, dtype: WeightDtype) -> Result<Backend<'a>> {
+    /// int8 fails on a model whose matrices do not split into whole blocks) and, for f32
+    /// and bf16, in `layout`. Panels are a copy of the weights in the order decode reads
+    /// them; a model whose output dimensions are not multiples of 32 keeps its rows.
+    pub fn cpu(model: &'a Model, dtype: WeightDtype, layout: WeightLayout) -> Result<Backend<'a>> {
+        let panels = layout == WeightLayout::Panels;
         Ok(match dtype {
+            WeightDtype::F32 if panels => match model.to_panels() {
+                Ok(p) => Backend::CpuPanels(Box::new(p)),
+                Err(_) => Backend::Cpu(model),
+            },
             WeightDtype::F32 => Backend::Cpu(model),
+            WeightDtype::Bf16 if panels => match model.to_bf16().to_panels() {
+                Ok(p) => Backend::CpuBf16Panels(Box::new(p)),
+                Err(_) => Backend::CpuBf16(Box::new(model.to_bf16())),
+            },
             WeightDtype::Bf16 => Backend::CpuBf16(Box::new(model.to_bf16())),
             WeightDtype::Int8 => Backend::CpuInt8(Box::new(model.to_int8()?)),
         })
@@ -156,7 +171,13 @@ impl<'a> Backend<'a> {
     ) -> Result<Box<dyn Decoder + '_>> {
         match self {
             Backend::Cpu(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
+            Backend::CpuPanels(model) => {
+                cpu_decoder(model, path, layout, prompt_len, max_new_tokens)
+            }
             Backend::CpuBf16(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
+            Backend::CpuBf16Panels(model) => {
+                cpu_decoder(model, path, layout, prompt_len, max_new_tokens)
+            }
             Backend::CpuInt8(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => {
@@ -183,7 +204,11 @@ impl<'a> Backend<'a> {
 
     pub fn device(&self) -> Device {
         match self {
-            Backend::Cpu(_) | Backend::CpuBf16(_) | Backend::CpuInt8(_) => Device::Cpu,
+            Backend::Cpu(_)
+            | Backend::CpuPanels(_)
+            | Backend::CpuBf16(_)
+            | Backend::CpuBf16Panels(_)
+            | Backend::CpuInt8(_) => Device::Cpu,
             #[cfg(feature = "cuda")]
             Backend::Cuda(_) => Device::Cuda,
         }
@@ -192,15 +217,18 @@ impl<'a> Backend<'a> {
     /// A one-line description (device name, weight format).
     pub fn describe(&self) -> String {
         match self {
-            Backend::Cpu(_) => format!("cpu ({} threads, f32)", rayon::current_num_threads()),
-            Backend::CpuBf16(_) => {
-                format!("cpu ({} threads, bf16)", rayon::current_num_threads())
-            }
-            Backend::CpuInt8(_) => {
-                format!("cpu ({} threads, int8)", rayon::current_num_threads())
-            }
+            Backend::Cpu(_) => cpu_describe("f32"),
+            Backend::CpuPanels(_) => cpu_describe("f32 in panels"),
+            Backend::CpuBf16(_) => cpu_describe("bf16"),
+            Backend::CpuBf16Panels(_) => cpu_describe("bf16 in panels"),
+            Backend::CpuInt8(_) => cpu_describe("int8"),
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => gpu.describe(),
         }
     }
+}
+
+/// "cpu (2 threads, f32 in panels)".
+fn cpu_describe(weights: &str) -> String {
+    format!("cpu ({} threads, {weights})", rayon::current_num_threads())
 }

@@ -45,6 +45,29 @@ pub enum WeightDtype {
     Int8,
 }
 
+/// How f32 and bf16 weight matrices lie in memory on the CPU (int8 blocks have their
+/// own): panel by panel, 32 output columns of every row in one contiguous run (what decode
+/// streams best), or row after row as loaded (`[d_in, d_out]`: the plain twin). Same
+/// numbers, same bits out; only the speed differs (book: roofline.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightLayout {
+    /// `[d_out / 32, d_in]` panels of 32 columns (`Model::to_panels`).
+    #[default]
+    Panels,
+    /// `[d_in, d_out]`, as loaded.
+    Rows,
+}
+
+impl WeightLayout {
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightLayout::Panels => "panels",
+            WeightLayout::Rows => "rows",
+        }
+    }
+}
+
 impl WeightDtype {
     pub fn name(self) -> &'static str {
         match self {

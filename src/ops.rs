@@ -144,7 +144,7 @@ fn by_strips<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, mut jobs: Vec<(&[W
         let d_out = out.len() / n;
         let width = (STRIP_FLOATS / n)
             .min(d_out.div_ceil(threads))
-            .next_multiple_of(16); // a vector's columns, and an int8 block's
+            .next_multiple_of(W::BLOCK_COLS.max(16)); // a vector's columns, a block's, a panel's
         for j0 in (0..d_out).step_by(width) {
             strips.push((job, j0, width.min(d_out - j0)));
         }

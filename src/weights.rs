@@ -13,7 +13,7 @@
 use crate::error::{Error, Result};
 use crate::model::{Layer, Model};
 use crate::simd::q8::{self, Q8Block};
-use crate::simd::WeightElem;
+use crate::simd::{Scalar, WeightElem, PANEL};
 use half::bf16;
 use ndarray::{Array1, Array2};
 
@@ -28,32 +28,11 @@ impl Model {
     /// the bf16-rounded values, so a tied LM head and its embedding still agree;
     /// norms and biases stay f32 (a few thousand numbers, no bandwidth to save).
     pub fn to_bf16(&self) -> Model<bf16> {
-        let bias = |b: &Option<Array1<f32>>| b.clone();
-        Model {
-            config: self.config.clone(),
-            embed: self.embed.mapv(|v| bf16::from_f32(v).to_f32()),
-            layers: self
-                .layers
-                .iter()
-                .map(|l| Layer {
-                    attn_norm: l.attn_norm.clone(),
-                    wq: round_to_bf16(&l.wq),
-                    wk: round_to_bf16(&l.wk),
-                    wv: round_to_bf16(&l.wv),
-                    wo: round_to_bf16(&l.wo),
-                    bq: bias(&l.bq),
-                    bk: bias(&l.bk),
-                    bv: bias(&l.bv),
-                    mlp_norm: l.mlp_norm.clone(),
-                    w_gate: round_to_bf16(&l.w_gate),
-                    w_up: round_to_bf16(&l.w_up),
-                    w_down: round_to_bf16(&l.w_down),
-                })
-                .collect(),
-            final_norm: self.final_norm.clone(),
-            lm_head: round_to_bf16(&self.lm_head),
-            tied_embeddings: self.tied_embeddings,
-        }
+        let mut half = self
+            .map_matrices(|w, _| Ok(round_to_bf16(w)))
+            .expect("rounding to bf16 cannot fail");
+        half.embed = self.embed.mapv(|v| bf16::from_f32(v).to_f32());
+        half
     }
 }
 
@@ -74,36 +53,9 @@ impl Model {
                 .map_err(|e| int8_error("the embedding", &e))?;
             row.assign(&Array1::from(values));
         }
-        let layers = self
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let q = |w, name: &str| quantize(w, &format!("layer {i} {name}"));
-                Ok(Layer {
-                    attn_norm: l.attn_norm.clone(),
-                    wq: q(&l.wq, "wq")?,
-                    wk: q(&l.wk, "wk")?,
-                    wv: q(&l.wv, "wv")?,
-                    wo: q(&l.wo, "wo")?,
-                    bq: l.bq.clone(),
-                    bk: l.bk.clone(),
-                    bv: l.bv.clone(),
-                    mlp_norm: l.mlp_norm.clone(),
-                    w_gate: q(&l.w_gate, "w_gate")?,
-                    w_up: q(&l.w_up, "w_up")?,
-                    w_down: q(&l.w_down, "w_down")?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Model {
-            config: self.config.clone(),
-            embed,
-            layers,
-            final_norm: self.final_norm.clone(),
-            lm_head: quantize(&self.lm_head, "the LM head")?,
-            tied_embeddings: self.tied_embeddings,
-        })
+        let mut int8 = self.map_matrices(quantize)?;
+        int8.embed = embed;
+        Ok(int8)
     }
 }
 
@@ -111,34 +63,86 @@ impl Model<Q8Block> {
     /// The plain twin: the f32 model whose weights are this model's exact int8 values.
     /// Its logits are bit for bit this model's (`tests/paths_int8.rs`).
     pub fn dequantize(&self) -> Model {
-        Model {
-            config: self.config.clone(),
-            embed: self.embed.clone(),
-            layers: self
-                .layers
-                .iter()
-                .map(|l| Layer {
+        self.map_matrices(|w, _| Ok(q8::dequantize(w)))
+            .expect("dequantizing cannot fail")
+    }
+}
+// ANCHOR_END: to_int8
+
+impl<E: WeightElem> Model<E> {
+    /// The same model with every weight matrix (the seven of each layer and the LM head)
+    /// converted by `convert(matrix, name)`; the embedding, norms and biases are kept.
+    /// The one place the conversions above (bf16, int8, panels, back to f32) walk the model.
+    pub fn map_matrices<F: WeightElem>(
+        &self,
+        convert: impl Fn(&Array2<E>, &str) -> Result<Array2<F>>,
+    ) -> Result<Model<F>> {
+        let layers = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let c = |w, name: &str| convert(w, &format!("layer {i} {name}"));
+                Ok(Layer {
                     attn_norm: l.attn_norm.clone(),
-                    wq: q8::dequantize(&l.wq),
-                    wk: q8::dequantize(&l.wk),
-                    wv: q8::dequantize(&l.wv),
-                    wo: q8::dequantize(&l.wo),
+                    wq: c(&l.wq, "wq")?,
+                    wk: c(&l.wk, "wk")?,
+                    wv: c(&l.wv, "wv")?,
+                    wo: c(&l.wo, "wo")?,
                     bq: l.bq.clone(),
                     bk: l.bk.clone(),
                     bv: l.bv.clone(),
                     mlp_norm: l.mlp_norm.clone(),
-                    w_gate: q8::dequantize(&l.w_gate),
-                    w_up: q8::dequantize(&l.w_up),
-                    w_down: q8::dequantize(&l.w_down),
+                    w_gate: c(&l.w_gate, "w_gate")?,
+                    w_up: c(&l.w_up, "w_up")?,
+                    w_down: c(&l.w_down, "w_down")?,
                 })
-                .collect(),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Model {
+            config: self.config.clone(),
+            embed: self.embed.clone(),
+            layers,
             final_norm: self.final_norm.clone(),
-            lm_head: q8::dequantize(&self.lm_head),
+            lm_head: convert(&self.lm_head, "the LM head")?,
             tied_embeddings: self.tied_embeddings,
-        }
+        })
     }
 }
-// ANCHOR_END: to_int8
+
+// ANCHOR: to_panels
+impl<S: Scalar> Model<S> {
+    /// The same model with every weight matrix stored panel by panel (`[d_out / 32, d_in]`
+    /// of 32 columns: see `simd::WeightElem for [S; PANEL]`), the layout decode streams
+    /// in one sequential run. Fails, naming the matrix, when an output dimension is not a
+    /// multiple of 32 (small test models): such a model keeps the row layout.
+    pub fn to_panels(&self) -> Result<Model<[S; PANEL]>> {
+        self.map_matrices(|w, name| {
+            to_panels(w).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "--layout panels: {name} has {} output columns, not a multiple of {PANEL}: use --layout rows for this model",
+                    w.ncols()
+                ))
+            })
+        })
+    }
+}
+
+/// `w` (`[d_in, d_out]`, row layout) as `[d_out / PANEL, d_in]` panels: the same numbers,
+/// each panel's 32 columns of every row side by side. `None` unless `d_out` is a
+/// (non-zero) multiple of [`PANEL`].
+pub fn to_panels<S: Scalar>(w: &Array2<S>) -> Option<Array2<[S; PANEL]>> {
+    let (d_in, d_out) = w.dim();
+    if d_out == 0 || !d_out.is_multiple_of(PANEL) {
+        return None;
+    }
+    let rows = w.as_standard_layout();
+    let rows = rows.as_slice().expect("standard layout");
+    Some(Array2::from_shape_fn((d_out / PANEL, d_in), |(p, k)| {
+        std::array::from_fn(|c| rows[k * d_out + p * PANEL + c])
+    }))
+}
+// ANCHOR_END: to_panels
 
 fn int8_error(what: &str, problem: &str) -> Error {
     Error::InvalidArgument(format!(

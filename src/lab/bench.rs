@@ -215,6 +215,9 @@ pub struct BenchReport {
     pub n_params: usize,
     /// The weight matrices' format: "f32", "bf16" or "int8" (norms, biases, embedding: f32).
     pub dtype: &'static str,
+    /// How the matrices lie in memory: "panels" (32 columns contiguous) or "rows"
+    /// (`[d_in, d_out]`; int8 blocks report "rows": block rows of `[d_in / 32, d_out / 16]`).
+    pub layout: &'static str,
     pub prefill: Vec<Prefill>,
     pub steps: Vec<StepLatency>,
     /// Cached decode at the largest context: tokens/s.
@@ -284,6 +287,7 @@ pub fn run<E: WeightElem>(
         model: model_name.to_string(),
         n_params: model.n_params(),
         dtype: E::NAME,
+        layout: E::LAYOUT,
         prefill,
         steps,
         decode_tok_s,

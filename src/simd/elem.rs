@@ -13,7 +13,7 @@
 //!
 //! The third, int8, is a block of 32 x 16 weights with 16 scales ([`super::q8::Q8Block`]).
 
-use super::Isa;
+use super::{Isa, PANEL};
 use half::bf16;
 
 // ANCHOR: weight_elem
@@ -29,6 +29,9 @@ pub trait WeightElem: Copy + Send + Sync + 'static {
     /// Weights one element holds along `d_in` and along `d_out`.
     const BLOCK_ROWS: usize = 1;
     const BLOCK_COLS: usize = 1;
+    /// How the elements lie in memory: "rows" (`[d_in, d_out]`, row after row) or
+    /// "panels" (`[d_out / 32, d_in]` of 32 columns: see the impl for `[S; PANEL]`).
+    const LAYOUT: &'static str = "rows";
 
     /// `dst[c]` = the exact f32 value of weight `[k][j0 + c]` of the `[d_in, d_out]`
     /// matrix stored in `w` (prefill packs its panels with this).
@@ -160,3 +163,57 @@ impl Scalar for bf16 {
         }
     }
 }
+
+// ANCHOR: panel_layout
+/// A weight matrix stored **panel by panel**: its array is `[d_out / PANEL, d_in]` of
+/// `[S; PANEL]`, element `(p, k)` holding weights `[k][p·PANEL .. (p+1)·PANEL]`. One panel
+/// (`PANEL` = 32 output columns, all `d_in` rows) is one contiguous run of memory.
+///
+/// Why: a decode strip reads a few columns of every row of `w`. In the row layout
+/// (`[d_in, d_out]`) those are short pieces of rows `d_out` apart, a new 4 KiB page at
+/// almost every step of `k`, which the hardware prefetcher does not cross and the TLB
+/// does not hold; in panels the same bytes are one sequential stream. Each output
+/// column is still the chain `fma(x[k], w[k][j], acc)` for `k = 0, 1, 2, ...`, so a
+/// panel model gives bitwise the logits of its row twin (`tests/panels.rs`); only the
+/// time changes (`kvlab bench --layout rows`; book: roofline.md).
+impl<S: Scalar> WeightElem for [S; PANEL] {
+    const NAME: &'static str = <S as Scalar>::NAME;
+    const BLOCK_COLS: usize = PANEL;
+    const LAYOUT: &'static str = "panels";
+
+    fn widen_row(w: &[Self], d_out: usize, k: usize, j0: usize, dst: &mut [f32]) {
+        let d_in = w.len() * PANEL / d_out;
+        let row = &w[j0 / PANEL * d_in + k][j0 % PANEL..];
+        for (d, &src) in dst.iter_mut().zip(row) {
+            *d = src.to_f32();
+        }
+    }
+
+    fn strip(isa: Isa, x: &[f32], d_in: usize, w: &[Self], d_out: usize, j0: usize, out: &mut [f32]) {
+        let n = x.len() / d_in;
+        let width = out.len() / n;
+        assert!(
+            j0.is_multiple_of(PANEL) && (width.is_multiple_of(PANEL) || j0 + width == d_out),
+            "a panel strip starts on a panel and covers whole panels"
+        );
+        let mut sums = vec![0.0f32; n * PANEL]; // [n, PANEL]: one panel's outputs
+        for (i, panel) in w[j0 / PANEL * d_in..][..width.div_ceil(PANEL) * d_in]
+            .chunks_exact(d_in)
+            .enumerate()
+        {
+            // The panel is a `[d_in, PANEL]` row-layout matrix of its own: the same strip
+            // kernel reads it, now from one contiguous run.
+            S::strip(isa, x, d_in, panel.as_flattened(), PANEL, 0, &mut sums);
+            let cols = PANEL.min(width - i * PANEL);
+            for (dst, src) in out.chunks_exact_mut(width).zip(sums.chunks_exact(PANEL)) {
+                dst[i * PANEL..][..cols].copy_from_slice(&src[..cols]);
+            }
+        }
+    }
+
+    fn dims(w: &ndarray::Array2<Self>) -> (usize, usize) {
+        let (panels, d_in) = w.dim();
+        (d_in, panels * PANEL)
+    }
+}
+// ANCHOR_END: panel_layout

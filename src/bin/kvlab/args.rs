@@ -6,7 +6,7 @@ use crate::checks::in_range;
 use clap::{Args, ValueEnum};
 use kvlab::backend::{Backend, CacheLayout};
 use kvlab::cache::{CacheKind, KvPolicy, PolicyParams, DEFAULT_BLOCK_SIZE};
-use kvlab::device::{Device, GpuDtype, WeightDtype};
+use kvlab::device::{Device, GpuDtype, WeightDtype, WeightLayout};
 use kvlab::error::{Error, Result};
 use kvlab::generate::PathKind;
 use kvlab::kv_size::KvDtype;
@@ -191,6 +191,9 @@ impl DeviceArgs {
                 "--dtype sets the CPU's weight format: with --device cuda use --gpu-dtype f32|bf16"
                     .into(),
             )),
+            (DeviceArg::Cuda, None) if self.weights.layout.is_some() => Err(Error::InvalidArgument(
+                "--layout sets how the CPU lays out its weights: drop it with --device cuda".into(),
+            )),
             _ => Ok(self.weights.dtype()),
         }
     }
@@ -199,7 +202,7 @@ impl DeviceArgs {
     pub fn backend<'a>(&self, model: &'a Model) -> Result<Backend<'a>> {
         let dtype = self.cpu_dtype()?;
         match self.device {
-            DeviceArg::Cpu => Backend::cpu(model, dtype),
+            DeviceArg::Cpu => Backend::cpu(model, dtype, self.weights.layout()?),
             DeviceArg::Cuda => Backend::new(Device::Cuda, model, self.gpu_dtype.into()),
         }
     }
@@ -213,11 +216,27 @@ pub struct DtypeArgs {
     /// stays f32. Default f32.
     #[arg(long, value_enum)]
     pub dtype: Option<WeightDtypeArg>,
+    /// How f32 and bf16 weights lie in memory on the CPU: panels of 32 output columns,
+    /// each one contiguous run (what decode streams fastest), or rows as loaded (the
+    /// plain twin: same bits, slower decode). int8 blocks have their own layout.
+    #[arg(long, value_enum)]
+    pub layout: Option<WeightLayoutArg>,
 }
 
 impl DtypeArgs {
     pub fn dtype(&self) -> WeightDtype {
         self.dtype.map_or(WeightDtype::F32, Into::into)
+    }
+
+    /// The layout, default panels; `--layout` with int8 is refused (its blocks have one).
+    pub fn layout(&self) -> Result<WeightLayout> {
+        match (self.dtype(), self.layout) {
+            (WeightDtype::Int8, Some(_)) => Err(Error::InvalidArgument(
+                "--layout applies to f32 and bf16 weights: int8 blocks have their own layout, drop --layout".into(),
+            )),
+            (_, Some(WeightLayoutArg::Rows)) => Ok(WeightLayout::Rows),
+            _ => Ok(WeightLayout::Panels),
+        }
     }
 }
 
@@ -363,6 +382,14 @@ impl From<WeightDtypeArg> for WeightDtype {
             WeightDtypeArg::Int8 => WeightDtype::Int8,
         }
     }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WeightLayoutArg {
+    /// 32 output columns of every row in one contiguous run (default).
+    Panels,
+    /// `[d_in, d_out]` as loaded.
+    Rows,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -8,7 +8,7 @@ use crate::checks::{in_range, MAX_REPS};
 use crate::print;
 use clap::Args;
 use kvlab::cache::{KvPolicy, PolicyParams};
-use kvlab::device::WeightDtype;
+use kvlab::device::{WeightDtype, WeightLayout};
 use kvlab::error::{Error, Result};
 use kvlab::lab;
 
@@ -67,10 +67,20 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     let (model, name) = (&loaded.model, &loaded.name);
     let (prefill, contexts) = (&args.prefill, &args.contexts);
-    let measure = || match dtype {
-        WeightDtype::F32 => lab::bench::run(model, name, prefill, contexts, args.reps),
-        WeightDtype::Bf16 => lab::bench::run(&model.to_bf16(), name, prefill, contexts, args.reps),
-        WeightDtype::Int8 => lab::bench::run(&model.to_int8()?, name, prefill, contexts, args.reps),
+    let layout = args.device.weights.layout()?;
+    let reps = args.reps;
+    let measure = || match (dtype, layout) {
+        (WeightDtype::F32, WeightLayout::Rows) => lab::bench::run(model, name, prefill, contexts, reps),
+        (WeightDtype::F32, WeightLayout::Panels) => {
+            lab::bench::run(&model.to_panels()?, name, prefill, contexts, reps)
+        }
+        (WeightDtype::Bf16, WeightLayout::Rows) => {
+            lab::bench::run(&model.to_bf16(), name, prefill, contexts, reps)
+        }
+        (WeightDtype::Bf16, WeightLayout::Panels) => {
+            lab::bench::run(&model.to_bf16().to_panels()?, name, prefill, contexts, reps)
+        }
+        (WeightDtype::Int8, _) => lab::bench::run(&model.to_int8()?, name, prefill, contexts, reps),
     };
     let report = match args.threads {
         // Every parallel region (and both roofs) runs on the pool `install` enters.

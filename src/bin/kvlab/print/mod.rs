@@ -139,10 +139,11 @@ pub fn kv_size(r: &KvSizeReport) {
 /// `kvlab bench` on the CPU.
 pub fn bench(r: &BenchReport) {
     outln!(
-        "kvlab bench — {} ({} params, {} weights) on {}",
+        "kvlab bench — {} ({} params, {} weights in {}) on {}",
         r.model,
         r.n_params,
         r.dtype,
+        r.layout,
         r.machine
     );
     outln!(
