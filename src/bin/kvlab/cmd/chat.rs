@@ -7,7 +7,7 @@ use clap::Args;
 use kvlab::backend::new_layout_store;
 use kvlab::cache::CacheKind;
 use kvlab::chat::ChatSession;
-use kvlab::device::WeightDtype;
+use kvlab::device::{WeightDtype, WeightLayout};
 use kvlab::error::{Error, Result};
 use kvlab::generate::{GenerateOptions, PathKind};
 use kvlab::simd::WeightElem;
@@ -73,10 +73,20 @@ pub fn chat(args: ChatArgs) -> Result<()> {
         )));
     }
     let model = loader::load_model(&args.model)?;
-    match args.weights.dtype() {
-        WeightDtype::F32 => converse(&args, &tokenizer, &model),
-        WeightDtype::Bf16 => converse(&args, &tokenizer, &model.to_bf16()),
-        WeightDtype::Int8 => converse(&args, &tokenizer, &model.to_int8()?),
+    // As `Backend::cpu`: panels unless --layout rows, rows where a model has no panel form.
+    let layout = args.weights.layout()?;
+    match (args.weights.dtype(), layout) {
+        (WeightDtype::F32, WeightLayout::Panels) => match model.to_panels() {
+            Ok(panels) => converse(&args, &tokenizer, &panels),
+            Err(_) => converse(&args, &tokenizer, &model),
+        },
+        (WeightDtype::F32, WeightLayout::Rows) => converse(&args, &tokenizer, &model),
+        (WeightDtype::Bf16, WeightLayout::Panels) => match model.to_bf16().to_panels() {
+            Ok(panels) => converse(&args, &tokenizer, &panels),
+            Err(_) => converse(&args, &tokenizer, &model.to_bf16()),
+        },
+        (WeightDtype::Bf16, WeightLayout::Rows) => converse(&args, &tokenizer, &model.to_bf16()),
+        (WeightDtype::Int8, _) => converse(&args, &tokenizer, &model.to_int8()?),
     }
 }
 

