@@ -15,8 +15,9 @@
 # one at load).
 #
 # Writes book/src/figures/data/llamacpp.jsonl (one JSON object per measurement: tool,
-# dtype, round, test, tok/s), the commands in llamacpp.cmd, and llamacpp.md (the table
-# roofline.md and the README include). Run it on an otherwise idle machine: about 6 minutes.
+# dtype, round, test, tok/s), the commands in llamacpp.cmd, and llamacpp.md, the table of
+# `kvlab llamacpp-table` that roofline.md includes. Run it on an otherwise idle machine:
+# about 6 minutes.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -69,44 +70,17 @@ for line in sys.stdin:
         "$KVLAB" bench --model "$MODEL" --prefill 512 --contexts 32,512 --reps 5 --threads "$THREADS" --dtype "$dtype" --json |
             python3 -c 'import json, sys
 r = json.load(sys.stdin)
-tool = "kvlab (%s)" % r["layout"]
+tool = "kvlab " + sys.argv[3]
 rows = [("prefill 512 (empty)", r["prefill"][0]["tok_s"])]
 rows += [("decode (empty)" if s["context"] == 32 else "decode @ %d cached" % s["context"], 1e3 / s["cached_ms"]) for s in r["steps"]]
 for test, tok_s in rows:
     print(json.dumps({"tool": tool, "dtype": sys.argv[1], "round": int(sys.argv[2]), "test": test, "tok_s": tok_s,
-                      "roof_gb_s": r["memory_gb_s"], "machine": r["machine"]}))' "$dtype" "$round" >> "$DATA/llamacpp.jsonl"
+                      "roof_gb_s": r["memory_gb_s"], "machine": r["machine"]}))' "$dtype" "$round" "$(git rev-parse --short HEAD)" >> "$DATA/llamacpp.jsonl"
     done
 done
 cat > "$DATA/llamacpp.cmd" <<CMDS
 $LLAMA_CPP_BIN/llama-bench -m smollm2-{F32,BF16,Q8_0}.gguf -t $THREADS -p 512 -n 64 -d 0,512 -r 3 -o jsonl
 kvlab bench --model $MODEL --prefill 512 --contexts 32,512 --reps 5 --threads $THREADS --dtype {f32,bf16,int8} --json
 CMDS
-python3 - "$DATA/llamacpp.jsonl" "$(git rev-parse --short HEAD)" > "$DATA/llamacpp.md" <<'PY'
-import json, sys
-from collections import defaultdict
-rows = [json.loads(l) for l in open(sys.argv[1])]
-runs = defaultdict(list)  # (dtype, test, side) -> tok/s of each round
-tools = {}
-for r in rows:
-    side = "llama" if r["tool"].startswith("llama.cpp") else "kvlab"
-    tools[side] = r["tool"]
-    runs[(r["dtype"], r["test"], side)].append(r["tok_s"])
-kv = [r for r in rows if "roof_gb_s" in r]
-span = lambda v: f"{min(v):.1f}" if len(v) == 1 else f"{min(v):.1f}-{max(v):.1f}"
-mean = lambda v: sum(v) / len(v)
-print(f"| weights | test | {tools['llama']} tok/s | {tools['kvlab']} tok/s | kvlab / llama.cpp |")
-print("|---|---|---:|---:|---:|")
-for dtype in ["f32", "bf16", "int8"]:
-    for test in ["prefill 512 (empty)", "decode (empty)", "decode @ 512 cached"]:
-        ll = runs.get((dtype, test, "llama"))
-        kk = runs.get((dtype, test, "kvlab"))
-        if ll and kk:
-            name = {"int8": "int8 / Q8_0"}.get(dtype, dtype)
-            print(f"| {name} | {test} | {span(ll)} | {span(kk)} | {mean(kk) / mean(ll):.2f}x |")
-print()
-print(f"{len(kv) // 9 if kv else 0} rounds, interleaved, {kv[0]['machine'] if kv else ''}; "
-      f"kvlab's measured read roof {min(r['roof_gb_s'] for r in kv):.1f}-{max(r['roof_gb_s'] for r in kv):.1f} GB/s; "
-      f"kvlab {sys.argv[2]}. Made by `bash scripts/llamacpp-side-by-side.sh` (commands: llamacpp.cmd). "
-      "llama.cpp keeps its KV cache in f16, kvlab in f32.")
-PY
+"$KVLAB" llamacpp-table --data "$DATA/llamacpp.jsonl" > "$DATA/llamacpp.md"
 cat "$DATA/llamacpp.md"

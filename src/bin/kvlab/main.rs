@@ -32,6 +32,7 @@ use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
 use cmd::gqa::GqaArgs;
 use cmd::model::{ImportArgs, KvSizeArgs};
 use cmd::serve::{LoadtestArgs, LoadtestTableArgs, ServeArgs};
+use cmd::side_by_side::LlamacppTableArgs;
 use cmd::speculative::{BenchVerifyArgs, SpecSweepArgs};
 
 #[derive(Parser)]
@@ -85,6 +86,8 @@ enum Command {
     Eval(EvalArgs),
     /// Every policy's `kvlab eval --json` on one text as a Markdown table (the Pareto figure's numbers).
     EvalTable(EvalTableArgs),
+    /// The llama.cpp side-by-side run (scripts/llamacpp-side-by-side.sh) as a Markdown table.
+    LlamacppTable(LlamacppTableArgs),
     /// One decode step at several contexts, full cache vs sliding window: a window's cost stays flat.
     EvictSpeed(EvictSpeedArgs),
     /// Speculative decoding's premise: one verify pass over k drafts, in decode steps (k = 1..16).
@@ -126,6 +129,7 @@ fn main() {
         Command::Gqa(args) => cmd::gqa::gqa(args),
         Command::Eval(args) => cmd::eval::eval(args),
         Command::EvalTable(args) => cmd::evict::eval_table(args),
+        Command::LlamacppTable(args) => cmd::side_by_side::llamacpp_table(args),
         Command::EvictSpeed(args) => cmd::evict::evict_speed(args),
         Command::BenchVerify(args) => cmd::speculative::bench_verify(args),
         Command::SpecSweep(args) => cmd::speculative::spec_sweep(args),

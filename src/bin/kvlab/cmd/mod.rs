@@ -12,4 +12,5 @@ pub mod generate;
 pub mod gqa;
 pub mod model;
 pub mod serve;
+pub mod side_by_side;
 pub mod speculative;
