@@ -13,13 +13,24 @@ use proptest::prelude::*;
 /// Llama shapes whose every output dimension is a multiple of 32 (heads of 32, a
 /// vocabulary of 32·v), so every matrix has a panel form.
 fn panel_config() -> impl Strategy<Value = Config> {
-    (1usize..=2, 1usize..=2, 1usize..=3, 1usize..=6, any::<bool>()).prop_map(
-        |(layers, n_kv_heads, group, vocab_panels, tied)| {
-            let mut c = tiny_config(layers, n_kv_heads * group, n_kv_heads, 32, 32 * vocab_panels);
+    (
+        1usize..=2,
+        1usize..=2,
+        1usize..=3,
+        1usize..=6,
+        any::<bool>(),
+    )
+        .prop_map(|(layers, n_kv_heads, group, vocab_panels, tied)| {
+            let mut c = tiny_config(
+                layers,
+                n_kv_heads * group,
+                n_kv_heads,
+                32,
+                32 * vocab_panels,
+            );
             c.tie_word_embeddings = tied;
             c
-        },
-    )
+        })
 }
 
 proptest! {
@@ -65,7 +76,9 @@ fn every_isa_reads_panels_to_the_same_bits() {
     let flat_rows = w.as_slice().unwrap();
     let flat_panels = panels.as_slice().unwrap();
     for n in 1..=5 {
-        let x: Vec<f32> = (0..n * d_in).map(|i| (i % 13) as f32 * 0.11 - 0.6).collect();
+        let x: Vec<f32> = (0..n * d_in)
+            .map(|i| (i % 13) as f32 * 0.11 - 0.6)
+            .collect();
         for (j0, width) in [(0, 32), (32, 96), (0, d_out), (128, 32)] {
             let mut expected = vec![0.0f32; n * width];
             Isa::Portable.strip(&x, d_in, flat_rows, d_out, j0, &mut expected);
@@ -73,7 +86,12 @@ fn every_isa_reads_panels_to_the_same_bits() {
                 let mut got = vec![0.0f32; n * width];
                 isa.strip(&x, d_in, flat_panels, d_out, j0, &mut got);
                 let b = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(b(&got), b(&expected), "{isa:?}, {n} rows, columns {j0}..{}", j0 + width);
+                assert_eq!(
+                    b(&got),
+                    b(&expected),
+                    "{isa:?}, {n} rows, columns {j0}..{}",
+                    j0 + width
+                );
             }
         }
     }
@@ -87,7 +105,10 @@ fn a_model_without_a_panel_form_is_refused_by_name() {
         panic!("a model with 8-column matrices has no panel form");
     };
     let err = err.to_string();
-    assert!(err.contains("layer 0 wq") && err.contains("--layout rows"), "{err}");
+    assert!(
+        err.contains("layer 0 wq") && err.contains("--layout rows"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1);
     assert_eq!(PANEL, 32);
 }
@@ -101,5 +122,8 @@ fn the_real_model_decodes_the_same_tokens_and_logits_in_panels() {
     let panels = model.to_panels().unwrap();
     let prompt = [1, 504, 3458, 282, 253, 1345, 30];
     let rows = cached_step_logits(&model, &prompt, &[28, 3003, 314]);
-    assert_eq!(bits(&cached_step_logits(&panels, &prompt, &[28, 3003, 314])), bits(&rows));
+    assert_eq!(
+        bits(&cached_step_logits(&panels, &prompt, &[28, 3003, 314])),
+        bits(&rows)
+    );
 }

@@ -18,14 +18,14 @@ pub const TILE_ROWS: usize = 6;
 /// # Safety
 /// The CPU must support `avx2` and `fma`.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn tile(x: &[f32], d_in: usize, panel: &[f32], tile: &mut [f32]) {
+pub unsafe fn tile<W: Scalar>(x: &[f32], d_in: usize, panel: &[W], tile: &mut [f32]) {
     let rows = x.len() / d_in;
     for half in [0, PANEL / 2] {
         if rows == TILE_ROWS {
-            half_tile::<TILE_ROWS>(x, d_in, panel, half, tile);
+            half_tile::<TILE_ROWS, W>(x, d_in, panel, half, tile);
         } else {
             for (x_row, tile_row) in x.chunks_exact(d_in).zip(tile.chunks_exact_mut(PANEL)) {
-                half_tile::<1>(x_row, d_in, panel, half, tile_row);
+                half_tile::<1, W>(x_row, d_in, panel, half, tile_row);
             }
         }
     }
@@ -33,19 +33,21 @@ pub unsafe fn tile(x: &[f32], d_in: usize, panel: &[f32], tile: &mut [f32]) {
 
 /// Columns `half..half + 16` of the tile.
 #[target_feature(enable = "avx2,fma")]
-fn half_tile<const R: usize>(x: &[f32], d_in: usize, panel: &[f32], half: usize, tile: &mut [f32]) {
+fn half_tile<const R: usize, W: Scalar>(
+    x: &[f32],
+    d_in: usize,
+    panel: &[W],
+    half: usize,
+    tile: &mut [f32],
+) {
     let x_rows: [&[f32]; R] = std::array::from_fn(|r| &x[r * d_in..][..d_in]);
     let panel = &panel[..d_in * PANEL];
     let mut acc = [[_mm256_setzero_ps(); 2]; R]; // [R][16 columns]
     for (k, w_k) in panel.chunks_exact(PANEL).enumerate() {
         let w_k = &w_k[half..half + 16];
-        // SAFETY: `w_k` is 16 f32: two 8-lane loads.
-        let (w_lo, w_hi) = unsafe {
-            (
-                _mm256_loadu_ps(w_k.as_ptr()),
-                _mm256_loadu_ps(w_k.as_ptr().add(8)),
-            )
-        };
+        // SAFETY: `w_k` is 16 weights: two 8-lane loads (widened to f32 when the panel
+        // is bf16), and the CPU has avx2 and fma (this function's contract).
+        let (w_lo, w_hi) = unsafe { (W::load8(w_k.as_ptr()), W::load8(w_k.as_ptr().add(8))) };
         for (acc_r, x_r) in acc.iter_mut().zip(&x_rows) {
             let x_rk = _mm256_set1_ps(x_r[k]);
             acc_r[0] = _mm256_fmadd_ps(x_rk, w_lo, acc_r[0]);

@@ -20,31 +20,27 @@ pub const TILE_ROWS: usize = 8;
 /// # Safety
 /// The CPU must support `avx512f`.
 #[target_feature(enable = "avx512f")]
-pub unsafe fn tile(x: &[f32], d_in: usize, panel: &[f32], tile: &mut [f32]) {
+pub unsafe fn tile<W: Scalar>(x: &[f32], d_in: usize, panel: &[W], tile: &mut [f32]) {
     let rows = x.len() / d_in;
     if rows == TILE_ROWS {
-        tile_of::<TILE_ROWS>(x, d_in, panel, tile);
+        tile_of::<TILE_ROWS, W>(x, d_in, panel, tile);
     } else {
         // Leftover rows one at a time: same chain per element, fewer side by side.
         for (x_row, tile_row) in x.chunks_exact(d_in).zip(tile.chunks_exact_mut(PANEL)) {
-            tile_of::<1>(x_row, d_in, panel, tile_row);
+            tile_of::<1, W>(x_row, d_in, panel, tile_row);
         }
     }
 }
 
 #[target_feature(enable = "avx512f")]
-fn tile_of<const R: usize>(x: &[f32], d_in: usize, panel: &[f32], tile: &mut [f32]) {
+fn tile_of<const R: usize, W: Scalar>(x: &[f32], d_in: usize, panel: &[W], tile: &mut [f32]) {
     let x_rows: [&[f32]; R] = std::array::from_fn(|r| &x[r * d_in..][..d_in]);
     let panel = &panel[..d_in * PANEL];
     let mut acc = [[_mm512_setzero_ps(); 2]; R]; // [R][32 columns]
     for (k, w_k) in panel.chunks_exact(PANEL).enumerate() {
-        // SAFETY: `w_k` is one panel row of PANEL = 32 f32: two 16-lane loads.
-        let (w_lo, w_hi) = unsafe {
-            (
-                _mm512_loadu_ps(w_k.as_ptr()),
-                _mm512_loadu_ps(w_k.as_ptr().add(16)),
-            )
-        };
+        // SAFETY: `w_k` is one panel row of PANEL = 32 weights: two 16-lane loads (widened
+        // to f32 when the panel is bf16), and the CPU has avx512f (this function's contract).
+        let (w_lo, w_hi) = unsafe { (W::load16(w_k.as_ptr()), W::load16(w_k.as_ptr().add(16))) };
         for (acc_r, x_r) in acc.iter_mut().zip(&x_rows) {
             let x_rk = _mm512_set1_ps(x_r[k]);
             acc_r[0] = _mm512_fmadd_ps(x_rk, w_lo, acc_r[0]);

@@ -172,10 +172,12 @@ impl Scalar for bf16 {
 /// Why: a decode strip reads a few columns of every row of `w`. In the row layout
 /// (`[d_in, d_out]`) those are short pieces of rows `d_out` apart, a new 4 KiB page at
 /// almost every step of `k`, which the hardware prefetcher does not cross and the TLB
-/// does not hold; in panels the same bytes are one sequential stream. Each output
-/// column is still the chain `fma(x[k], w[k][j], acc)` for `k = 0, 1, 2, ...`, so a
-/// panel model gives bitwise the logits of its row twin (`tests/panels.rs`); only the
-/// time changes (`kvlab bench --layout rows`; book: roofline.md).
+/// does not hold; in panels the same bytes are one sequential stream, and decode reads
+/// them with prefill's register tile ([`Isa::tile`], its sums in registers for the whole
+/// `k` loop, each weight widened as it is loaded). Each output column is still the chain
+/// `fma(x[k], w[k][j], acc)` for `k = 0, 1, 2, ...`, so a panel model gives bitwise the
+/// logits of its row twin (`tests/panels.rs`); only the time changes (`kvlab bench
+/// --layout rows`; book: roofline.md).
 impl<S: Scalar> WeightElem for [S; PANEL] {
     const NAME: &'static str = <S as Scalar>::NAME;
     const BLOCK_COLS: usize = PANEL;
@@ -189,24 +191,43 @@ impl<S: Scalar> WeightElem for [S; PANEL] {
         }
     }
 
-    fn strip(isa: Isa, x: &[f32], d_in: usize, w: &[Self], d_out: usize, j0: usize, out: &mut [f32]) {
+    fn strip(
+        isa: Isa,
+        x: &[f32],
+        d_in: usize,
+        w: &[Self],
+        d_out: usize,
+        j0: usize,
+        out: &mut [f32],
+    ) {
         let n = x.len() / d_in;
         let width = out.len() / n;
         assert!(
             j0.is_multiple_of(PANEL) && (width.is_multiple_of(PANEL) || j0 + width == d_out),
             "a panel strip starts on a panel and covers whole panels"
         );
-        let mut sums = vec![0.0f32; n * PANEL]; // [n, PANEL]: one panel's outputs
+        let tile_rows = isa.tile_rows();
+        let mut sums = vec![0.0f32; tile_rows * PANEL]; // [tile_rows, PANEL]
         for (i, panel) in w[j0 / PANEL * d_in..][..width.div_ceil(PANEL) * d_in]
             .chunks_exact(d_in)
             .enumerate()
         {
-            // The panel is a `[d_in, PANEL]` row-layout matrix of its own: the same strip
-            // kernel reads it, now from one contiguous run.
-            S::strip(isa, x, d_in, panel.as_flattened(), PANEL, 0, &mut sums);
+            // The panel is one contiguous `[d_in, PANEL]` run: prefill's register tile reads
+            // it in place, its 32 sums per row in registers for the whole `k` loop (a strip
+            // over rows would load and store them every few weights).
             let cols = PANEL.min(width - i * PANEL);
-            for (dst, src) in out.chunks_exact_mut(width).zip(sums.chunks_exact(PANEL)) {
-                dst[i * PANEL..][..cols].copy_from_slice(&src[..cols]);
+            for (x_tile, out_tile) in x
+                .chunks(tile_rows * d_in)
+                .zip(out.chunks_mut(tile_rows * width))
+            {
+                let sums = &mut sums[..x_tile.len() / d_in * PANEL];
+                isa.tile(x_tile, d_in, panel.as_flattened(), sums);
+                for (dst, src) in out_tile
+                    .chunks_exact_mut(width)
+                    .zip(sums.chunks_exact(PANEL))
+                {
+                    dst[i * PANEL..][..cols].copy_from_slice(&src[..cols]);
+                }
             }
         }
     }

@@ -93,10 +93,12 @@ impl Isa {
         }
     }
 
-    /// Prefill tile: `tile[r][c] = Σ_k x[r][k] · panel[k][c]`.
-    /// `x`: `[rows, d_in]` with `rows <= tile_rows()`, `panel`: `[d_in, PANEL]`,
+    /// Prefill tile: `tile[r][c] = Σ_k x[r][k] · panel[k][c]`, the sums in registers for
+    /// the whole `k` loop. `x`: `[rows, d_in]` with `rows <= tile_rows()`, `panel`:
+    /// `[d_in, PANEL]` of f32 (prefill's packed panels) or of a stored panel model's
+    /// format (f32 or bf16, widened as it is loaded: decode on `[S; PANEL]` weights),
     /// `tile`: `[rows, PANEL]`.
-    pub fn tile(self, x: &[f32], d_in: usize, panel: &[f32], tile: &mut [f32]) {
+    pub fn tile<W: Scalar>(self, x: &[f32], d_in: usize, panel: &[W], tile: &mut [f32]) {
         assert!(x.len().is_multiple_of(d_in) && x.len() / d_in <= self.tile_rows());
         assert_eq!(panel.len(), d_in * PANEL, "panel is not [d_in, PANEL]");
         assert_eq!(

@@ -9,12 +9,12 @@ use super::{Scalar, PANEL};
 pub const TILE_ROWS: usize = 4;
 
 /// `tile[r][c] = Σ_k x[r][k] · panel[k][c]`: see [`super::Isa::tile`].
-pub fn tile(x: &[f32], d_in: usize, panel: &[f32], tile: &mut [f32]) {
+pub fn tile<W: Scalar>(x: &[f32], d_in: usize, panel: &[W], tile: &mut [f32]) {
     for (x_row, tile_row) in x.chunks_exact(d_in).zip(tile.chunks_exact_mut(PANEL)) {
         tile_row.fill(0.0);
         for (&x_k, w_k) in x_row.iter().zip(panel.chunks_exact(PANEL)) {
             for (acc, &w) in tile_row.iter_mut().zip(w_k) {
-                *acc = x_k.mul_add(w, *acc);
+                *acc = x_k.mul_add(w.to_f32(), *acc);
             }
         }
     }

@@ -191,9 +191,12 @@ impl DeviceArgs {
                 "--dtype sets the CPU's weight format: with --device cuda use --gpu-dtype f32|bf16"
                     .into(),
             )),
-            (DeviceArg::Cuda, None) if self.weights.layout.is_some() => Err(Error::InvalidArgument(
-                "--layout sets how the CPU lays out its weights: drop it with --device cuda".into(),
-            )),
+            (DeviceArg::Cuda, None) if self.weights.layout.is_some() => {
+                Err(Error::InvalidArgument(
+                    "--layout sets how the CPU lays out its weights: drop it with --device cuda"
+                        .into(),
+                ))
+            }
             _ => Ok(self.weights.dtype()),
         }
     }

@@ -70,7 +70,9 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let layout = args.device.weights.layout()?;
     let reps = args.reps;
     let measure = || match (dtype, layout) {
-        (WeightDtype::F32, WeightLayout::Rows) => lab::bench::run(model, name, prefill, contexts, reps),
+        (WeightDtype::F32, WeightLayout::Rows) => {
+            lab::bench::run(model, name, prefill, contexts, reps)
+        }
         (WeightDtype::F32, WeightLayout::Panels) => {
             lab::bench::run(&model.to_panels()?, name, prefill, contexts, reps)
         }

@@ -27,7 +27,11 @@ struct Measurement {
     machine: Option<String>,
 }
 
-const TESTS: [&str; 3] = ["prefill 512 (empty)", "decode (empty)", "decode @ 512 cached"];
+const TESTS: [&str; 3] = [
+    "prefill 512 (empty)",
+    "decode (empty)",
+    "decode @ 512 cached",
+];
 
 pub fn llamacpp_table(args: LlamacppTableArgs) -> Result<()> {
     let text = read_text_capped(&args.data, MAX_PROMPT_BYTES, "side-by-side measurements")?;
@@ -38,12 +42,21 @@ pub fn llamacpp_table(args: LlamacppTableArgs) -> Result<()> {
     let runs = text
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).map_err(|e| bad(format!("a line is not a measurement: {e}"))))
+        .map(|l| {
+            serde_json::from_str(l).map_err(|e| bad(format!("a line is not a measurement: {e}")))
+        })
         .collect::<Result<Vec<Measurement>>>()?;
     let is_llama = |m: &Measurement| m.tool.starts_with("llama.cpp");
-    let tool = |llama: bool| runs.iter().find(|m| is_llama(m) == llama).map(|m| m.tool.as_str());
+    let tool = |llama: bool| {
+        runs.iter()
+            .find(|m| is_llama(m) == llama)
+            .map(|m| m.tool.as_str())
+    };
     let (Some(llama), Some(kvlab)) = (tool(true), tool(false)) else {
-        return Err(bad("needs both llama.cpp's and kvlab's measurements: run scripts/llamacpp-side-by-side.sh".into()));
+        return Err(bad(
+            "needs both llama.cpp's and kvlab's measurements: run scripts/llamacpp-side-by-side.sh"
+                .into(),
+        ));
     };
     let tok_s = |llama: bool, dtype: &str, test: &str| -> Vec<f64> {
         runs.iter()
@@ -59,13 +72,25 @@ pub fn llamacpp_table(args: LlamacppTableArgs) -> Result<()> {
             if l.is_empty() || k.is_empty() {
                 continue;
             }
-            let name = if dtype == "int8" { "int8 / Q8_0" } else { dtype };
-            outln!("| {name} | {test} | {} | {} | {:.2}x |", span(&l), span(&k), mean(&k) / mean(&l));
+            let name = if dtype == "int8" {
+                "int8 / Q8_0"
+            } else {
+                dtype
+            };
+            outln!(
+                "| {name} | {test} | {} | {} | {:.2}x |",
+                span(&l),
+                span(&k),
+                mean(&k) / mean(&l)
+            );
         }
     }
     let roofs: Vec<f64> = runs.iter().filter_map(|m| m.roof_gb_s).collect();
     let rounds = runs.iter().map(|m| m.round).max().unwrap_or(0);
-    let machine = runs.iter().find_map(|m| m.machine.as_deref()).unwrap_or("?");
+    let machine = runs
+        .iter()
+        .find_map(|m| m.machine.as_deref())
+        .unwrap_or("?");
     outln!(
         "\n{rounds} interleaved rounds on {machine} (a range is the rounds' lowest and highest); kvlab's measured read roof {}-{} GB/s. llama.cpp keeps its KV cache in f16, kvlab in f32.",
         fmt1(roofs.iter().copied().fold(f64::INFINITY, f64::min)),
