@@ -4,8 +4,9 @@
 //! 128 and 512, and prefill throughput at 128 and 512 tokens. Then a summary a
 //! learner can read (JSON), with the speedups and the memory roofline.
 //!
-//! Then the same with bf16 and with int8 weights, and the prefill figures as fractions of the
-//! measured FMA peak (`kvlab::roof`).
+//! Then the same with the f32 weights in panels (the CLI's default layout; the first
+//! groups read them in rows, as loaded), with bf16 and with int8 weights, and the prefill
+//! figures as fractions of the measured FMA peak (`kvlab::roof`).
 //!
 //! `cargo bench -- --quick` for a fast pass; `KVLAB_BENCH_SUMMARY=0` skips the summary.
 
@@ -98,10 +99,16 @@ fn summary() {
     }
 }
 
-/// The same decode step and prefill with bf16 weights (`Model::to_bf16`): half
-/// the bytes per weight, the same f32 arithmetic.
+/// The same decode step and prefill with the f32 weights laid out in panels
+/// (`Model::to_panels`, the CLI's default layout): the same bytes, read in order.
+fn f32_panels(c: &mut Criterion) {
+    in_format(c, "f32-panels", &model().to_panels().unwrap());
+}
+
+/// With bf16 weights (`Model::to_bf16`, in panels as the CLI runs them): half the bytes
+/// per weight, the same f32 arithmetic.
 fn bf16(c: &mut Criterion) {
-    in_format(c, "bf16", &model().to_bf16());
+    in_format(c, "bf16-panels", &model().to_bf16().to_panels().unwrap());
 }
 
 /// And with int8 blocks (`Model::to_int8`, Q8_0): 1.125 bytes per weight, each an exact
@@ -151,7 +158,7 @@ fn in_format<E: kvlab::simd::WeightElem>(c: &mut Criterion, name: &str, model: &
     group.finish();
 }
 
-criterion_group!(benches, per_token, prefill, bf16, int8);
+criterion_group!(benches, per_token, prefill, f32_panels, bf16, int8);
 
 fn main() {
     benches();

@@ -112,12 +112,14 @@ MEASURED=0
 START=$SECONDS
 # TTFT vs prompt length, one decode step of each path at each context, both roofs.
 measure bench.json -- bench --model "$MODEL" --prefill "$PREFILL" --contexts "$CONTEXTS" --reps "$REPS" --json
-# The weight formats and thread scaling: f32 and int8 weights at 1 and 2 threads, one JSON
-# line per run (the README's and roofline.md's int8 and thread figures).
+# The weight formats, layouts and thread scaling: f32 in rows (the plain twin) and in
+# panels, bf16 in panels, int8 blocks, at 1 and 2 threads, one JSON line per run (the
+# README's and roofline.md's weight-format and thread figures).
 selected bench_dtypes && rm -f "$DATA/bench_dtypes.jsonl" "$DATA/bench_dtypes.cmd"
 for threads in 1 2; do
-    for dtype in f32 int8; do
-        APPEND=1 measure bench_dtypes.jsonl -- bench --model "$MODEL" --prefill 128,512 --contexts 1,512 --reps "$REPS" --threads "$threads" --dtype "$dtype" --json
+    for weights in "--dtype f32 --layout rows" "--dtype f32" "--dtype bf16" "--dtype int8"; do
+        read -ra weights_args <<< "$weights"
+        APPEND=1 measure bench_dtypes.jsonl -- bench --model "$MODEL" --prefill 128,512 --contexts 1,512 --reps "$REPS" --threads "$threads" "${weights_args[@]}" --json
     done
 done
 # use_cache=True vs use_cache=False on one request. Random weights: the request runs to

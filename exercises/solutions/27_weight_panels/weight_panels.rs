@@ -99,9 +99,17 @@ mod tests {
     fn the_first_panel_holds_the_first_32_columns_row_by_row() {
         assert_eq!(panel_index(0, 0, 4), 0);
         assert_eq!(panel_index(0, 31, 4), 31);
-        assert_eq!(panel_index(1, 0, 4), 32, "row 1 of panel 0 follows row 0's 32 columns");
+        assert_eq!(
+            panel_index(1, 0, 4),
+            32,
+            "row 1 of panel 0 follows row 0's 32 columns"
+        );
         assert_eq!(panel_index(3, 31, 4), 127);
-        assert_eq!(panel_index(0, 32, 4), 128, "panel 1 starts after all 4 rows of panel 0");
+        assert_eq!(
+            panel_index(0, 32, 4),
+            128,
+            "panel 1 starts after all 4 rows of panel 0"
+        );
         assert_eq!(panel_index(2, 45, 4), 4 * 32 + 2 * 32 + 13);
     }
 
@@ -113,7 +121,10 @@ mod tests {
         assert_eq!(p.len(), w.len());
         for k in 0..d_in {
             for j in 0..d_out {
-                assert_eq!(p[panel_index(k, j, d_in)].to_bits(), w[k * d_out + j].to_bits());
+                assert_eq!(
+                    p[panel_index(k, j, d_in)].to_bits(),
+                    w[k * d_out + j].to_bits()
+                );
             }
         }
     }
@@ -138,5 +149,8 @@ mod tests {
         assert_eq!(row_layout_pages(576, 576), 324);
         // A matrix narrower than a page per row: rows share pages.
         assert_eq!(row_layout_pages(64, 32), 2);
+        // Rows of 8160 bytes: rows 1, 2 and 3 each start 32-96 bytes before a page ends,
+        // so their 128-byte pieces straddle two pages.
+        assert_eq!(row_layout_pages(4, 2040), 7);
     }
 }

@@ -68,19 +68,29 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let (model, name) = (&loaded.model, &loaded.name);
     let (prefill, contexts) = (&args.prefill, &args.contexts);
     let layout = args.device.weights.layout()?;
+    // As `Backend::cpu`: a model without a panel form keeps its rows, unless --layout
+    // panels asked for them by name.
+    let explicit = args.device.weights.layout.is_some();
     let reps = args.reps;
     let measure = || match (dtype, layout) {
+        (WeightDtype::F32, WeightLayout::Panels) => match model.to_panels() {
+            Ok(panels) => lab::bench::run(&panels, name, prefill, contexts, reps),
+            Err(e) if explicit => Err(e),
+            Err(_) => lab::bench::run(model, name, prefill, contexts, reps),
+        },
         (WeightDtype::F32, WeightLayout::Rows) => {
             lab::bench::run(model, name, prefill, contexts, reps)
         }
-        (WeightDtype::F32, WeightLayout::Panels) => {
-            lab::bench::run(&model.to_panels()?, name, prefill, contexts, reps)
+        (WeightDtype::Bf16, WeightLayout::Panels) => {
+            let half = model.to_bf16();
+            match half.to_panels() {
+                Ok(panels) => lab::bench::run(&panels, name, prefill, contexts, reps),
+                Err(e) if explicit => Err(e),
+                Err(_) => lab::bench::run(&half, name, prefill, contexts, reps),
+            }
         }
         (WeightDtype::Bf16, WeightLayout::Rows) => {
             lab::bench::run(&model.to_bf16(), name, prefill, contexts, reps)
-        }
-        (WeightDtype::Bf16, WeightLayout::Panels) => {
-            lab::bench::run(&model.to_bf16().to_panels()?, name, prefill, contexts, reps)
         }
         (WeightDtype::Int8, _) => lab::bench::run(&model.to_int8()?, name, prefill, contexts, reps),
     };
