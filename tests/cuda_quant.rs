@@ -76,3 +76,33 @@ fn int8_attention_matches_the_cpu() {
         }
     }
 }
+
+#[test]
+fn zero_queries_are_refused_before_a_launch() {
+    let Some(gpu) = gpu_or_skip("zero_queries_are_refused_before_a_launch") else {
+        return;
+    };
+    let heads = Heads {
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: 64,
+    };
+    let mut out = gpu.zeros::<f32>(1).unwrap();
+    let empty_f = gpu.zeros::<f32>(1).unwrap();
+    let empty_i = gpu.zeros::<i8>(1).unwrap();
+    let err = gpu
+        .attention_int8(
+            &mut out.as_view_mut(),
+            &empty_f.as_view(),
+            &empty_i.as_view(),
+            &empty_f.as_view(),
+            &empty_i.as_view(),
+            &empty_f.as_view(),
+            0,
+            0,
+            heads,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("n is 0"), "{err}");
+}

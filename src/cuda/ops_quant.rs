@@ -4,7 +4,7 @@
 //! `cache::quant::QuantRows` (`--kv int8`), checked in tests/cuda_quant.rs.
 
 use super::gpu::Gpu;
-use super::ops::{check, check_heads, int};
+use super::ops::{check, check_heads, check_nonzero, int};
 use crate::attention::Heads;
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
@@ -34,14 +34,23 @@ impl Gpu {
             head_dim,
         } = heads;
         check_heads("int8 attention", heads)?;
+        check_nonzero("int8 attention", &[("n", n)])?;
         if n > 65535 {
             return Err(Error::Cuda(format!(
                 "int8 attention takes at most 65535 queries per launch, got {n}"
             )));
         }
+        // n <= 65535 and the heads are checked small; the cache's positions come from the
+        // caller, so its sizes are computed with checked arithmetic.
         let q_len = n * n_heads * head_dim;
-        let code_len = (start_pos + n) * n_kv_heads * head_dim;
-        let scale_len = (start_pos + n) * n_kv_heads;
+        let too_big = || {
+            Error::Cuda(format!(
+                "int8 attention: a cache of {start_pos} + {n} positions does not fit in memory"
+            ))
+        };
+        let positions = start_pos.checked_add(n).ok_or_else(too_big)?;
+        let scale_len = positions.checked_mul(n_kv_heads).ok_or_else(too_big)?;
+        let code_len = scale_len.checked_mul(head_dim).ok_or_else(too_big)?;
         check("int8 attention q", q.len(), q_len)?;
         check("int8 attention out", out.len(), q_len)?;
         check("int8 attention k_codes", k_codes.len(), code_len)?;
