@@ -14,6 +14,7 @@ use crate::generate::{
 };
 use crate::model::Model;
 use crate::simd::{Q8Block, WeightElem, PANEL};
+use crate::weights::panels_if;
 use half::bf16;
 
 /// Where the cached path keeps K and V: a layout, and the block size of the paged ones.
@@ -123,18 +124,18 @@ impl<'a> Backend<'a> {
     /// and bf16, in `layout`. Panels are a copy of the weights in the order decode reads
     /// them; a model whose output dimensions are not multiples of 32 keeps its rows.
     pub fn cpu(model: &'a Model, dtype: WeightDtype, layout: WeightLayout) -> Result<Backend<'a>> {
-        let panels = layout == WeightLayout::Panels;
         Ok(match dtype {
-            WeightDtype::F32 if panels => match model.to_panels() {
-                Ok(p) => Backend::CpuPanels(Box::new(p)),
-                Err(_) => Backend::Cpu(model),
+            WeightDtype::F32 => match panels_if(model, layout, false)? {
+                Some(panels) => Backend::CpuPanels(Box::new(panels)),
+                None => Backend::Cpu(model),
             },
-            WeightDtype::F32 => Backend::Cpu(model),
-            WeightDtype::Bf16 if panels => match model.to_bf16().to_panels() {
-                Ok(p) => Backend::CpuBf16Panels(Box::new(p)),
-                Err(_) => Backend::CpuBf16(Box::new(model.to_bf16())),
-            },
-            WeightDtype::Bf16 => Backend::CpuBf16(Box::new(model.to_bf16())),
+            WeightDtype::Bf16 => {
+                let half = model.to_bf16();
+                match panels_if(&half, layout, false)? {
+                    Some(panels) => Backend::CpuBf16Panels(Box::new(panels)),
+                    None => Backend::CpuBf16(Box::new(half)),
+                }
+            }
             WeightDtype::Int8 => Backend::CpuInt8(Box::new(model.to_int8()?)),
         })
     }

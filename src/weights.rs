@@ -10,6 +10,7 @@
 //! model, so within a bf16 model the naive and cached paths still agree bit for
 //! bit; against the f32 model the logits move by the rounding of the weights.
 
+use crate::device::WeightLayout;
 use crate::error::{Error, Result};
 use crate::model::{Layer, Model};
 use crate::simd::q8::{self, Q8Block};
@@ -125,6 +126,25 @@ impl<S: Scalar> Model<S> {
                 ))
             })
         })
+    }
+}
+
+/// The panel form of `model` when `layout` asks for panels, `None` for rows: where every
+/// CPU run (`Backend::cpu`, `kvlab bench`, `kvlab chat`) picks its layout. A model without
+/// a panel form keeps its rows, unless `strict` (the user named `--layout panels`), which
+/// refuses it with [`Model::to_panels`]'s one-line error.
+pub fn panels_if<S: Scalar>(
+    model: &Model<S>,
+    layout: WeightLayout,
+    strict: bool,
+) -> Result<Option<Model<[S; PANEL]>>> {
+    if layout == WeightLayout::Rows {
+        return Ok(None);
+    }
+    match model.to_panels() {
+        Ok(panels) => Ok(Some(panels)),
+        Err(e) if strict => Err(e),
+        Err(_) => Ok(None),
     }
 }
 

@@ -127,3 +127,24 @@ fn the_real_model_decodes_the_same_tokens_and_logits_in_panels() {
         bits(&rows)
     );
 }
+
+#[test]
+fn panels_if_keeps_rows_unless_panels_were_named() {
+    use kvlab::device::WeightLayout;
+    use kvlab::weights::panels_if;
+    let no_form = Model::random(tiny_config(1, 2, 1, 4, 64), 1).unwrap();
+    assert!(panels_if(&no_form, WeightLayout::Panels, false)
+        .unwrap()
+        .is_none());
+    let Err(err) = panels_if(&no_form, WeightLayout::Panels, true) else {
+        panic!("--layout panels named on a model without a panel form must be refused");
+    };
+    assert!(err.to_string().contains("--layout rows"), "{err}");
+    let with_form = Model::random(tiny_config(1, 2, 1, 32, 64), 1).unwrap();
+    assert!(panels_if(&with_form, WeightLayout::Rows, true)
+        .unwrap()
+        .is_none());
+    assert!(panels_if(&with_form, WeightLayout::Panels, true)
+        .unwrap()
+        .is_some());
+}

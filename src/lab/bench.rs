@@ -7,6 +7,7 @@
 use super::roof;
 use super::timing::{machine_name, median_ms, synthetic_prompt};
 use crate::cache::PreallocatedCache;
+use crate::device::WeightLayout;
 use crate::error::{Error, Result};
 use crate::model::{KvSource, Model};
 use crate::simd::WeightElem;
@@ -227,7 +228,7 @@ pub struct BenchReport {
     pub dtype: &'static str,
     /// How the matrices lie in memory: "panels" (32 columns contiguous) or "rows"
     /// (`[d_in, d_out]`; int8 blocks report "rows": block rows of `[d_in / 32, d_out / 16]`).
-    pub layout: &'static str,
+    pub layout: WeightLayout,
     pub prefill: Vec<Prefill>,
     pub steps: Vec<StepLatency>,
     /// Cached decode at the largest context: tokens/s.

@@ -14,6 +14,7 @@
 //! The third, int8, is a block of 32 x 16 weights with 16 scales ([`super::q8::Q8Block`]).
 
 use super::{Isa, PANEL};
+use crate::device::WeightLayout;
 use half::bf16;
 
 // ANCHOR: weight_elem
@@ -29,9 +30,9 @@ pub trait WeightElem: Copy + Send + Sync + 'static {
     /// Weights one element holds along `d_in` and along `d_out`.
     const BLOCK_ROWS: usize = 1;
     const BLOCK_COLS: usize = 1;
-    /// How the elements lie in memory: "rows" (`[d_in, d_out]`, row after row) or
-    /// "panels" (`[d_out / 32, d_in]` of 32 columns: see the impl for `[S; PANEL]`).
-    const LAYOUT: &'static str = "rows";
+    /// How the elements lie in memory: rows (`[d_in, d_out]`, row after row) or panels
+    /// (`[d_out / 32, d_in]` of 32 columns: see the impl for `[S; PANEL]`).
+    const LAYOUT: WeightLayout = WeightLayout::Rows;
 
     /// `dst[c]` = the exact f32 value of weight `[k][j0 + c]` of the `[d_in, d_out]`
     /// matrix stored in `w` (prefill packs its panels with this).
@@ -181,7 +182,7 @@ impl Scalar for bf16 {
 impl<S: Scalar> WeightElem for [S; PANEL] {
     const NAME: &'static str = <S as Scalar>::NAME;
     const BLOCK_COLS: usize = PANEL;
-    const LAYOUT: &'static str = "panels";
+    const LAYOUT: WeightLayout = WeightLayout::Panels;
 
     fn widen_row(w: &[Self], d_out: usize, k: usize, j0: usize, dst: &mut [f32]) {
         let d_in = w.len() * PANEL / d_out;

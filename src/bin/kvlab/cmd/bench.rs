@@ -8,9 +8,10 @@ use crate::checks::{in_range, MAX_REPS};
 use crate::print;
 use clap::Args;
 use kvlab::cache::{KvPolicy, PolicyParams};
-use kvlab::device::{WeightDtype, WeightLayout};
+use kvlab::device::WeightDtype;
 use kvlab::error::{Error, Result};
 use kvlab::lab;
+use kvlab::weights::panels_if;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -68,31 +69,22 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let (model, name) = (&loaded.model, &loaded.name);
     let (prefill, contexts) = (&args.prefill, &args.contexts);
     let layout = args.device.weights.layout()?;
-    // As `Backend::cpu`: a model without a panel form keeps its rows, unless --layout
-    // panels asked for them by name.
-    let explicit = args.device.weights.layout.is_some();
+    // A model without a panel form keeps its rows, unless --layout panels named them.
+    let strict = args.device.weights.layout.is_some();
     let reps = args.reps;
-    let measure = || match (dtype, layout) {
-        (WeightDtype::F32, WeightLayout::Panels) => match model.to_panels() {
-            Ok(panels) => lab::bench::run(&panels, name, prefill, contexts, reps),
-            Err(e) if explicit => Err(e),
-            Err(_) => lab::bench::run(model, name, prefill, contexts, reps),
+    let measure = || match dtype {
+        WeightDtype::F32 => match panels_if(model, layout, strict)? {
+            Some(panels) => lab::bench::run(&panels, name, prefill, contexts, reps),
+            None => lab::bench::run(model, name, prefill, contexts, reps),
         },
-        (WeightDtype::F32, WeightLayout::Rows) => {
-            lab::bench::run(model, name, prefill, contexts, reps)
-        }
-        (WeightDtype::Bf16, WeightLayout::Panels) => {
+        WeightDtype::Bf16 => {
             let half = model.to_bf16();
-            match half.to_panels() {
-                Ok(panels) => lab::bench::run(&panels, name, prefill, contexts, reps),
-                Err(e) if explicit => Err(e),
-                Err(_) => lab::bench::run(&half, name, prefill, contexts, reps),
+            match panels_if(&half, layout, strict)? {
+                Some(panels) => lab::bench::run(&panels, name, prefill, contexts, reps),
+                None => lab::bench::run(&half, name, prefill, contexts, reps),
             }
         }
-        (WeightDtype::Bf16, WeightLayout::Rows) => {
-            lab::bench::run(&model.to_bf16(), name, prefill, contexts, reps)
-        }
-        (WeightDtype::Int8, _) => lab::bench::run(&model.to_int8()?, name, prefill, contexts, reps),
+        WeightDtype::Int8 => lab::bench::run(&model.to_int8()?, name, prefill, contexts, reps),
     };
     let report = match args.threads {
         // Every parallel region (and both roofs) runs on the pool `install` enters.

@@ -7,11 +7,12 @@ use clap::Args;
 use kvlab::backend::new_layout_store;
 use kvlab::cache::CacheKind;
 use kvlab::chat::ChatSession;
-use kvlab::device::{WeightDtype, WeightLayout};
+use kvlab::device::WeightDtype;
 use kvlab::error::{Error, Result};
 use kvlab::generate::{GenerateOptions, PathKind};
 use kvlab::simd::WeightElem;
 use kvlab::tokenizer::{Message, TextStream, Tokenizer};
+use kvlab::weights::panels_if;
 use kvlab::{loader, Model};
 use serde::Serialize;
 use std::io::{BufRead, IsTerminal};
@@ -75,18 +76,19 @@ pub fn chat(args: ChatArgs) -> Result<()> {
     let model = loader::load_model(&args.model)?;
     // As `Backend::cpu`: panels unless --layout rows, rows where a model has no panel form.
     let layout = args.weights.layout()?;
-    match (args.weights.dtype(), layout) {
-        (WeightDtype::F32, WeightLayout::Panels) => match model.to_panels() {
-            Ok(panels) => converse(&args, &tokenizer, &panels),
-            Err(_) => converse(&args, &tokenizer, &model),
+    match args.weights.dtype() {
+        WeightDtype::F32 => match panels_if(&model, layout, false)? {
+            Some(panels) => converse(&args, &tokenizer, &panels),
+            None => converse(&args, &tokenizer, &model),
         },
-        (WeightDtype::F32, WeightLayout::Rows) => converse(&args, &tokenizer, &model),
-        (WeightDtype::Bf16, WeightLayout::Panels) => match model.to_bf16().to_panels() {
-            Ok(panels) => converse(&args, &tokenizer, &panels),
-            Err(_) => converse(&args, &tokenizer, &model.to_bf16()),
-        },
-        (WeightDtype::Bf16, WeightLayout::Rows) => converse(&args, &tokenizer, &model.to_bf16()),
-        (WeightDtype::Int8, _) => converse(&args, &tokenizer, &model.to_int8()?),
+        WeightDtype::Bf16 => {
+            let half = model.to_bf16();
+            match panels_if(&half, layout, false)? {
+                Some(panels) => converse(&args, &tokenizer, &panels),
+                None => converse(&args, &tokenizer, &half),
+            }
+        }
+        WeightDtype::Int8 => converse(&args, &tokenizer, &model.to_int8()?),
     }
 }
 

@@ -143,7 +143,7 @@ pub fn bench(r: &BenchReport) {
         r.model,
         r.n_params,
         r.dtype,
-        r.layout,
+        r.layout.name(),
         r.machine
     );
     outln!(
