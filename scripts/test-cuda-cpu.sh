@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Every GPU test binary, run on this CPU under kvlab's CUDA emulator (tools/cudacpu/).
+#
+#   bash scripts/test-cuda-cpu.sh            all of them, in two fiber orders, then the
+#                                            AddressSanitizer build on the kernel tests
+#   ORDERS="forward" ASAN=0 bash scripts/test-cuda-cpu.sh       one quick pass
+#
+# No GPU is needed: NVRTC (from PyPI, scripts/setup-nvrtc.sh) compiles the kernels to PTX as
+# on a GPU machine, and the emulator's libcuda.so, first on LD_LIBRARY_PATH, runs the same
+# kernels/*.cu as host C++, one fiber per CUDA thread. KVLAB_REQUIRE_GPU=1 makes a skipped
+# test a failure, so every GPU test really runs; each prints the device it ran on
+# ("on cpu emulator (kvlab tools/cudacpu) ..."). What the emulator checks, and what it
+# cannot, is in the book's CUDA chapter ("The kernels on your CPU").
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+ORDERS=${ORDERS:-"forward random:2026"}
+ASAN=${ASAN:-1}
+TESTS=(cuda_kernels cuda_fused cuda_paths cuda_quant cuda_speculative cuda_bench)
+
+bash scripts/setup-nvrtc.sh >/dev/null
+SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+NVRTC_LIB="$SITE/nvidia/cu13/lib"
+export CUDA_INCLUDE_DIR="$SITE/nvidia/cu13/include"
+export KVLAB_REQUIRE_GPU=1 KVLAB_NO_TIMING=1
+
+emulator=$(bash scripts/build-cudacpu.sh)
+test_args=()
+for t in "${TESTS[@]}"; do test_args+=(--test "$t"); done
+cargo test --release --features cuda "${test_args[@]}" --no-run
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+for order in $ORDERS; do
+    echo "== every GPU test under the CPU emulator, fiber order $order"
+    start=$SECONDS
+    if ! LD_LIBRARY_PATH="$(dirname "$emulator"):$NVRTC_LIB" CUDACPU_ORDER=$order \
+        cargo test --release --features cuda "${test_args[@]}" -- --nocapture >"$log" 2>&1; then
+        cat "$log"
+        echo "test-cuda-cpu: a GPU test failed under the emulator (order $order)" >&2
+        exit 1
+    fi
+    grep -E '^test result|cudacpu:' "$log" || true
+    grep -m1 -o 'on cpu emulator[^,]*' "$log" || { echo "test-cuda-cpu: no test said it ran on the emulator" >&2; exit 1; }
+    if grep -q 'SKIPPED' "$log"; then
+        grep 'SKIPPED' "$log"
+        echo "test-cuda-cpu: a GPU test skipped under the emulator" >&2
+        exit 1
+    fi
+    passed=$(grep -c '^test result: ok' "$log")
+    [ "$passed" -eq "${#TESTS[@]}" ] || { cat "$log"; echo "test-cuda-cpu: $passed of ${#TESTS[@]} test binaries passed" >&2; exit 1; }
+    echo "   ${#TESTS[@]} test binaries passed in $((SECONDS - start)) s (order $order)"
+done
+
+if [ "$ASAN" = 1 ]; then
+    echo "== the kernel tests under the AddressSanitizer build of the emulator"
+    asan_lib=$(CUDACPU_ASAN=1 bash scripts/build-cudacpu.sh)
+    start=$SECONDS
+    for t in cuda_kernels cuda_quant; do
+        # The test binary itself, not `cargo test`: only it should run under ASan.
+        bin=$(cargo test --release --features cuda --test "$t" --no-run 2>&1 |
+            sed -n "s/.*Executable tests\/$t.rs (\(.*\))\$/\1/p" | tail -1)
+        if ! LD_PRELOAD="$(g++ -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+            LD_LIBRARY_PATH="$(dirname "$asan_lib"):$NVRTC_LIB" "$bin" --nocapture >"$log" 2>&1; then
+            cat "$log"
+            echo "test-cuda-cpu: tests/$t.rs failed under AddressSanitizer" >&2
+            exit 1
+        fi
+        grep -E '^test result' "$log"
+    done
+    echo "   passed in $((SECONDS - start)) s"
+fi
