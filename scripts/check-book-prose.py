@@ -130,10 +130,7 @@ def ignored(path: Path) -> bool:
 def check_paths():
     problems = []
     for path in pages() + readmes():
-        text = path.read_text()
-        for n, written, target in cited_paths(text, path.parent, path.parent.name == "src"):
-            if not target.exists() and not ignored(target):
-                problems.append(f"{rel(path)}:{n}: cites `{written}`, which does not exist")
+        problems += check_paths_in(path, path.read_text())
     for path in rust_files():
         for n, line in enumerate(path.read_text().split("\n"), 1):
             i = line.find("//")
@@ -174,17 +171,28 @@ def quoted_counts(text: str, noun: str):
             yield n, m.group(0), value
 
 
+def check_counts_in(path: Path, text: str, real=None):
+    real = real or real_counts()
+    problems = []
+    for noun, want in (("exercises", real["exercises"]), ("chapters", real["chapters"]),
+                       ("(?:subcommands|kvlab commands)", len(real["commands"]))):
+        for n, written, value in quoted_counts(text, noun):
+            if value != want:
+                problems.append(f"{rel(path)}:{n}: says \"{written}\"; there are {want}")
+    return problems
+
+
+def check_paths_in(path: Path, text: str):
+    return [f"{rel(path)}:{n}: cites `{written}`, which does not exist"
+            for n, written, target in cited_paths(text, path.parent, path.parent.name == "src")
+            if not target.exists() and not ignored(target)]
+
+
 def check_counts():
     real = real_counts()
     problems = []
-    files = [ROOT / "book" / "src" / "introduction.md"] + readmes()
-    for path in files:
-        text = path.read_text()
-        for noun, want in (("exercises", real["exercises"]), ("chapters", real["chapters"]),
-                           ("(?:subcommands|kvlab commands)", len(real["commands"]))):
-            for n, written, value in quoted_counts(text, noun):
-                if value != want:
-                    problems.append(f"{rel(path)}:{n}: says \"{written}\"; there are {want}")
+    for path in [ROOT / "book" / "src" / "introduction.md"] + readmes():
+        problems += check_counts_in(path, path.read_text(), real)
     intro = (ROOT / "book" / "src" / "introduction.md").read_text()
     table = re.search(r"^## The commands\n(.*?)(?=^## )", intro, re.M | re.S)
     if table:
