@@ -106,7 +106,9 @@ class Pasted(unittest.TestCase):
 class Refs(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
-        data = Path(self.dir.name)
+        self.book = Path(self.dir.name)  # a book folder: src/figures/data holds the files
+        data = self.book / "src" / "figures" / "data"
+        data.mkdir(parents=True)
         (data / "bench.json").write_text(json.dumps(
             {"prefill": [{"prompt_len": 16, "tok_s": 493.2}, {"prompt_len": 512, "tok_s": 581.6}],
              "memory_gb_s": 33.73}))
@@ -142,10 +144,7 @@ class Refs(unittest.TestCase):
         book = {"items": [{"Chapter": {"name": "p", "content": "{{#kvlab bench.json:nope}}",
                                        "number": None, "sub_items": [], "path": "p.md",
                                        "source_path": "p.md", "parent_names": []}}]}
-        src = self.data.parent / "src"
-        (src / "figures").mkdir(parents=True)
-        os.symlink(self.data, src / "figures" / "data")
-        context = {"root": str(self.data.parent), "config": {"book": {"src": "src"}}}
+        context = {"root": str(self.book), "config": {"book": {"src": "src"}}}
         run = subprocess.run([sys.executable, str(HERE / "book_refs.py")], input=json.dumps([context, book]),
                              capture_output=True, text=True)
         self.assertEqual(run.returncode, 1)
