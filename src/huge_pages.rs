@@ -9,7 +9,7 @@
 //! default of most distributions) before the memory is first touched.
 //!
 //! [`rehome`] copies a matrix into memory so advised: the same values in the same
-//! order, so every result is bitwise the one on 4 KiB pages (`tests/huge_pages.rs`);
+//! order, so every result is bitwise the one on 4 KiB pages (a copy moves addresses, not values);
 //! only the time changes (`kvlab bench`, chapter roofline.md).
 
 use ndarray::{s, Array1, Array2};

@@ -122,10 +122,11 @@ pub fn matmuls_on<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, jobs: Vec<(&[
 /// memory-bound, streaming `w` once is all that counts); from it on, `w` is first
 /// packed into panels for the register-tiled kernel (prefill: compute-bound).
 /// Packing reads and writes the whole weight once more, so it only pays when enough
-/// rows share it: a batch of 8 or 16 decode rows (a serving engine's iteration, a
-/// verify pass) costs about 3.6x a one-row step packed, 2-3.3x in strips
-/// (`kvlab bench-verify`, `kvlab bench-batch`; book: scheduling.md). Either way each
-/// output is the same chain of FMAs: the threshold moves time, never bits.
+/// rows share it; a batch of a few to a few dozen decode rows (a serving engine's
+/// iteration, a verify pass) stays in strips. What such a batch costs against a one-row
+/// step is measured, not written here: `kvlab bench-verify` (2 to 17 rows) and `kvlab
+/// bench-batch` (book: speculative.md, scheduling.md). Either way each output is the
+/// same chain of FMAs: the threshold moves time, never bits.
 const PACKED_MIN_ROWS: usize = 32;
 
 /// Sums one strip keeps in L1 (`[n, width]`, 8 KiB): wide enough that each weight

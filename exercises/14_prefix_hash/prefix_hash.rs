@@ -9,7 +9,7 @@
 //! `hash(block b) = H(hash(block b - 1), tokens of block b)`, with no parent for block 0.
 //! Equal names mean equal prefixes; a one-token difference changes the name of its block
 //! and of every block after it. A new request walks its prompt block by block and reuses
-//! the cached ones it can (kvlab: `src/cache/prefix.rs`); which ones it can is the question.
+//! the cached ones it can (kvlab: `src/cache/paged/prefix.rs`); which ones it can is the question.
 //!
 //! Two details every engine has:
 //! - only full blocks are named (a partial block's content is still changing);

@@ -1,7 +1,7 @@
 //! # Exercise 17 — admission under a memory budget: preallocated vs paged
 //!
 //! A server has a fixed number of bytes for KV caches. How many requests can it run at
-//! once? (The seed's §3.3 and §3.4; kvlab: `kvlab capacity`, `src/cache/capacity.rs`.)
+//! once? (The seed's §3.3 and §3.4; kvlab: `kvlab capacity`, `src/lab/capacity.rs`.)
 //!
 //! - **Preallocated** (exercise 07): a request reserves `prompt + max_new_tokens`
 //!   positions before its first token, because nobody knows when the model will stop.
