@@ -53,4 +53,4 @@ for src in "${jobs[@]}"; do
 done
 for pid in "${pids[@]}"; do wait "$pid" || { echo "build-cudacpu: a compile failed" >&2; exit 1; }; done
 g++ "${FLAGS[@]}" -shared -o "$OUT/libcuda.so" "${objects[@]}" -ldl -lpthread
-echo "$OUT/libcuda.so"
+realpath "$OUT/libcuda.so"

@@ -4,6 +4,9 @@
 #   bash scripts/test-cuda-cpu.sh            all of them, in two fiber orders, then the
 #                                            AddressSanitizer build on the kernel tests
 #   ORDERS="forward" ASAN=0 bash scripts/test-cuda-cpu.sh       one quick pass
+#   RECORD=1 bash scripts/test-cuda-cpu.sh   also writes what ran, on which commit and how
+#                                            long it took, to book/src/figures/data/cuda-emulator.json
+#                                            (the book's CUDA chapter quotes it)
 #
 # No GPU is needed: NVRTC (from PyPI, scripts/setup-nvrtc.sh) compiles the kernels to PTX as
 # on a GPU machine, and the emulator's libcuda.so, first on LD_LIBRARY_PATH, runs the same
@@ -30,7 +33,8 @@ for t in "${TESTS[@]}"; do test_args+=(--test "$t"); done
 cargo test --release --features cuda "${test_args[@]}" --no-run
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+runs=$(mktemp)
+trap 'rm -f "$log" "$runs"' EXIT
 for order in $ORDERS; do
     echo "== every GPU test under the CPU emulator, fiber order $order"
     start=$SECONDS
@@ -49,7 +53,9 @@ for order in $ORDERS; do
     fi
     passed=$(grep -c '^test result: ok' "$log")
     [ "$passed" -eq "${#TESTS[@]}" ] || { cat "$log"; echo "test-cuda-cpu: $passed of ${#TESTS[@]} test binaries passed" >&2; exit 1; }
-    echo "   ${#TESTS[@]} test binaries passed in $((SECONDS - start)) s (order $order)"
+    tests_passed=$(sed -n 's/^test result: ok\. \([0-9]*\) passed.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
+    echo "   ${#TESTS[@]} test binaries, $tests_passed tests, passed in $((SECONDS - start)) s (order $order)"
+    echo "{\"order\": \"$order\", \"binaries\": ${#TESTS[@]}, \"tests\": $tests_passed, \"seconds\": $((SECONDS - start))}" >>"$runs"
 done
 
 if [ "$ASAN" = 1 ]; then
@@ -69,4 +75,27 @@ if [ "$ASAN" = 1 ]; then
         grep -E '^test result' "$log"
     done
     echo "   passed in $((SECONDS - start)) s"
+fi
+
+if [ "${RECORD:-0}" = 1 ]; then
+    commit=$(git rev-parse --short HEAD)
+    git diff --quiet HEAD -- kernels tools src tests || commit="$commit+dirty"
+    python3 - "$runs" "$commit" "$ASAN" <<'PY'
+import json, platform, subprocess, sys, datetime
+runs = [json.loads(l) for l in open(sys.argv[1])]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
+status = {
+    "device": "cpu emulator (kvlab tools/cudacpu)",
+    "commit": sys.argv[2],
+    "date": datetime.date.today().isoformat(),
+    "machine": f"{cpu}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores",
+    "test_binaries": ["cuda_kernels", "cuda_fused", "cuda_paths", "cuda_quant", "cuda_speculative", "cuda_bench"],
+    "runs": runs,
+    "asan_kernel_tests": sys.argv[3] == "1",
+}
+with open("book/src/figures/data/cuda-emulator.json", "w") as f:
+    json.dump(status, f, indent=2)
+    f.write("\n")
+print("wrote book/src/figures/data/cuda-emulator.json")
+PY
 fi

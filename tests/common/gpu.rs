@@ -12,6 +12,7 @@ use kvlab::cuda::{
 use kvlab::model::KvSource;
 use kvlab::rng::Rng;
 use kvlab::{Config, Model};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -33,11 +34,27 @@ pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
     }
     match GPU.get_or_init(|| Gpu::new().map(Arc::new).map_err(|e| e.to_string())) {
         Ok(gpu) => {
+            EMULATED.store(
+                gpu.describe().starts_with(EMULATOR_NAME),
+                Ordering::Relaxed,
+            );
             eprintln!("{test}: on {}", gpu.describe());
             Some(Arc::clone(gpu))
         }
         Err(reason) => panic!("{test}: there is a GPU, but kvlab cannot use it: {reason}"),
     }
+}
+
+/// How tools/cudacpu names its device (driver.cpp's DEVICE_NAME).
+pub const EMULATOR_NAME: &str = "cpu emulator";
+
+/// True once [`gpu_or_skip`] has opened kvlab's CPU emulator of the GPU (tools/cudacpu),
+/// not a real one. The emulator runs every CUDA thread one after another, about as fast as
+/// one CPU core, so the tests cap their largest model there ([`smollm2`]).
+static EMULATED: AtomicBool = AtomicBool::new(false);
+
+pub fn on_emulator() -> bool {
+    EMULATED.load(Ordering::Relaxed)
 }
 
 pub fn random(len: usize, scale: f32, seed: u64) -> Vec<f32> {
@@ -181,9 +198,21 @@ pub fn with_smollm2<'a>(small: &'a [(&'static str, Model)]) -> Vec<(&'static str
 }
 
 /// The SmolLM2-135M-shaped random model (30 layers, 49152 vocabulary), built once.
+///
+/// Under the CPU emulator it keeps SmolLM2's layer shape (dim 576, 9/3 heads of 64, FFN
+/// 1536) but has 4 layers and a 4096-token vocabulary: 1/8 of the work per token, and the
+/// same kernels, launch shapes and head mapping as the full model.
 pub fn smollm2() -> &'static Model {
     static MODEL: OnceLock<Model> = OnceLock::new();
-    MODEL.get_or_init(|| Model::random(Config::smollm2_135m(), 1).unwrap())
+    MODEL.get_or_init(|| {
+        let mut config = Config::smollm2_135m();
+        if on_emulator() {
+            config.num_hidden_layers = 4;
+            config.vocab_size = 4096;
+            eprintln!("  (the SmolLM2-shaped model has 4 layers and 4096 tokens under the CPU emulator)");
+        }
+        Model::random(config, 1).unwrap()
+    })
 }
 
 /// The CPU model with every matrix rounded to bf16 (norms and biases stay f32, as on the

@@ -57,10 +57,13 @@ constexpr int MAX_THREADS_PER_BLOCK = 1024;
 constexpr int DEFAULT_DYNAMIC_SHARED = 48 * 1024;
 constexpr int MAX_DYNAMIC_SHARED_OPTIN = 232448;  // 227 KiB on compute capability 9.0
 
-std::recursive_mutex big_lock;  // one driver call at a time: cargo runs tests in threads
+// The driver's tables (allocations, modules, streams) are shared by every OS thread: one
+// thread changes or reads them at a time. Kernels and copies run outside the lock, so tests
+// on two threads (cargo runs them that way) use two cores.
+std::recursive_mutex big_lock;
 std::map<std::uintptr_t, std::size_t> allocations;  // base -> bytes
-std::string last_detail;
-int last_code = SUCCESS;
+thread_local std::string last_detail;  // what the latest failure on this thread was
+thread_local int last_code = SUCCESS;
 
 struct Module {
     std::set<std::string> entries;
@@ -120,13 +123,17 @@ int check_range(std::uintptr_t p, std::size_t bytes, const char* what) {
 
 Stream* stream_of(void* s) { return s ? static_cast<Stream*>(s) : &default_stream; }
 
-// Runs `op` now, or records it into the stream's graph while the stream is capturing.
-int enqueue(void* stream, std::function<int()> op) {
+using Lock = std::unique_lock<std::recursive_mutex>;
+
+// Runs `op` now, outside the lock, or records it into the stream's graph while the stream
+// is capturing.
+int enqueue(Lock& lock, void* stream, std::function<int()> op) {
     Stream* s = stream_of(stream);
     if (s->capture) {
         s->capture->nodes.push_back(std::move(op));
         return SUCCESS;
     }
+    lock.unlock();
     return op();
 }
 
@@ -172,8 +179,8 @@ int launch_now(const Function& f, dim3 grid, dim3 block, std::size_t shared, voi
     return SUCCESS;
 }
 
-int launch(Function* f, dim3 grid, dim3 block, unsigned shared, void* stream, void** params,
-           void** extra) {
+int launch(Lock& lock, Function* f, dim3 grid, dim3 block, unsigned shared, void* stream,
+           void** params, void** extra) {
     if (!f) return fail(INVALID_HANDLE, "cuLaunchKernel: no function");
     const KernelInfo& k = *f->kernel;
     std::string name = k.name;
@@ -216,7 +223,7 @@ int launch(Function* f, dim3 grid, dim3 block, unsigned shared, void* stream, vo
         auto* from = static_cast<unsigned char*>(params[i]);
         bytes->emplace_back(from, from + k.params[i].size);
     }
-    return enqueue(stream, [f, grid, block, shared, bytes] {
+    return enqueue(lock, stream, [f, grid, block, shared, bytes] {
         std::vector<void*> argv;
         for (auto& b : *bytes) argv.push_back(b.data());
         return launch_now(*f, grid, block, shared, argv.data());
@@ -255,7 +262,7 @@ using namespace cudacpu;
 using CUdeviceptr = unsigned long long;
 
 #define API extern "C" __attribute__((visibility("default"))) int
-#define LOCK std::lock_guard<std::recursive_mutex> guard(big_lock)
+#define LOCK Lock lock(big_lock)
 
 API cuInit(unsigned) { return SUCCESS; }
 API cuDriverGetVersion(int* v) { *v = 13000; return SUCCESS; }  // CUDA 13.0, as the H200's
@@ -343,7 +350,7 @@ API cuMemFreeAsync(CUdeviceptr p, void*) { return cuMemFree_v2(p); }
 API cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, std::size_t bytes, void* stream) {
     LOCK;
     if (int e = check_range(dst, bytes, "cuMemcpyHtoD destination")) return e;
-    return enqueue(stream, [=] {
+    return enqueue(lock, stream, [=] {
         std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
         return SUCCESS;
     });
@@ -354,7 +361,7 @@ API cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, std::size_t bytes) {
 API cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, std::size_t bytes, void* stream) {
     LOCK;
     if (int e = check_range(src, bytes, "cuMemcpyDtoH source")) return e;
-    return enqueue(stream, [=] {
+    return enqueue(lock, stream, [=] {
         std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
         return SUCCESS;
     });
@@ -366,7 +373,7 @@ API cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, vo
     LOCK;
     if (int e = check_range(dst, bytes, "cuMemcpyDtoD destination")) return e;
     if (int e = check_range(src, bytes, "cuMemcpyDtoD source")) return e;
-    return enqueue(stream, [=] {
+    return enqueue(lock, stream, [=] {
         std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
         return SUCCESS;
     });
@@ -377,7 +384,7 @@ API cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
 API cuMemsetD8Async(CUdeviceptr dst, unsigned char value, std::size_t bytes, void* stream) {
     LOCK;
     if (int e = check_range(dst, bytes, "cuMemsetD8")) return e;
-    return enqueue(stream, [=] {
+    return enqueue(lock, stream, [=] {
         std::memset(reinterpret_cast<void*>(dst), value, bytes);
         return SUCCESS;
     });
@@ -474,7 +481,7 @@ API cuFuncGetAttribute(int* value, int attribute, void* function) {
 API cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned shared, void* stream, void** params, void** extra) {
     LOCK;
-    return launch(static_cast<Function*>(function), dim3{gx, gy, gz}, dim3{bx, by, bz}, shared,
+    return launch(lock, static_cast<Function*>(function), dim3{gx, gy, gz}, dim3{bx, by, bz}, shared,
                   stream, params, extra);
 }
 
@@ -506,6 +513,7 @@ API cuGraphUpload(void*, void*) { return SUCCESS; }
 API cuGraphLaunch(void* exec, void* stream) {
     LOCK;
     if (stream_of(stream)->capture) return fail(NOT_SUPPORTED, "launching a graph while capturing");
+    lock.unlock();
     for (auto& node : static_cast<Graph*>(exec)->nodes)
         if (int e = node()) return e;
     return SUCCESS;
@@ -518,7 +526,7 @@ API cuGetErrorString(int code, const char** text) {
     LOCK;
     // The standard name, plus what the emulator found when this was its latest error:
     // the deadlock report or the bad argument then reaches kvlab's error message.
-    static std::string message;
+    static thread_local std::string message;
     message = error_name(code);
     if (code == last_code && !last_detail.empty()) message += " (cudacpu: " + last_detail + ")";
     *text = message.c_str();

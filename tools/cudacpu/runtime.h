@@ -52,6 +52,6 @@ struct OrderSetting {
 OrderSetting order_setting();
 
 // Set by driver.cpp around a launch, for the crash handler's message.
-extern const char* running_kernel;
+extern thread_local const char* running_kernel;
 
 }  // namespace cudacpu

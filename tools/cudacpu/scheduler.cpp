@@ -28,9 +28,9 @@
 
 namespace cudacpu {
 
-dim3* current_thread_idx = nullptr;
-dim3 current_block_idx, current_block_dim, current_grid_dim;
-const char* running_kernel = nullptr;
+CUDACPU_TLS dim3* current_thread_idx = nullptr;
+CUDACPU_TLS dim3 current_block_idx, current_block_dim, current_grid_dim;
+thread_local const char* running_kernel = nullptr;
 
 namespace {
 
@@ -50,12 +50,13 @@ struct Thread {
     int width = 32;
 };
 
-std::vector<Thread> threads;  // reused from block to block; grows to the largest block
-Thread* running = nullptr;
-void* scheduler_sp = nullptr;
-const LaunchSpec* launch = nullptr;
-void* shared_memory = nullptr;
-std::string failure;  // set by a check inside a fiber; the block stops at the next switch
+// One scheduler per OS thread: each runs its own launches, one block at a time.
+thread_local std::vector<Thread> threads;  // reused from block to block; grows to the largest
+thread_local Thread* running = nullptr;
+thread_local void* scheduler_sp = nullptr;
+thread_local const LaunchSpec* launch = nullptr;
+thread_local void* shared_memory = nullptr;
+thread_local std::string failure;  // set by a check inside a fiber; the block stops at the next switch
 
 std::size_t stack_bytes() {
     const char* kb = std::getenv("CUDACPU_STACK_KB");
@@ -70,8 +71,8 @@ std::size_t stack_bytes() {
 // AddressSanitizer must be told when the stack changes, or it mistakes one fiber's frames
 // for another's (the annotations of <sanitizer/common_interface_defs.h>). No-ops otherwise.
 #if defined(__SANITIZE_ADDRESS__)
-const void* scheduler_stack = nullptr;
-std::size_t scheduler_stack_size = 0;
+thread_local const void* scheduler_stack = nullptr;
+thread_local std::size_t scheduler_stack_size = 0;
 void to_fiber(Thread& t) {
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, t.fiber.stack, t.fiber.stack_size);
@@ -219,6 +220,7 @@ bool release_shuffle(std::size_t n) {
     return false;
 }
 
+// ANCHOR: release_barrier
 // Releases the block barrier when every thread waits at it. Sets `failure` for a broken one.
 bool release_barrier(std::size_t n) {
     const Thread* first = nullptr;
@@ -247,6 +249,7 @@ bool release_barrier(std::size_t n) {
     for (std::size_t i = 0; i < n; i++) threads[i].state = State::Ready;
     return true;
 }
+// ANCHOR_END: release_barrier
 
 std::uint64_t next_random(std::uint64_t& s) {  // xorshift64*
     s ^= s >> 12;
@@ -255,6 +258,7 @@ std::uint64_t next_random(std::uint64_t& s) {  // xorshift64*
     return s * 2685821657736338717ull;
 }
 
+// ANCHOR: run_block
 std::string run_block(std::size_t n, std::vector<std::size_t>& order, std::uint64_t& rng) {
     const dim3 b = current_block_dim;
     for (std::size_t i = 0; i < n; i++) {
@@ -285,6 +289,7 @@ std::string run_block(std::size_t n, std::vector<std::size_t>& order, std::uint6
         return "deadlock: " + census(n);
     }
 }
+// ANCHOR_END: run_block
 
 }  // namespace
 
