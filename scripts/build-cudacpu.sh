@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 KERNELS=${CUDACPU_KERNELS:-kernels}
-FLAGS=(-std=c++17 -O2 -g -fPIC -ffp-contract=off -fvisibility=hidden -Itools/cudacpu)
+FLAGS=(-std=c++17 -O2 -g -fPIC -mtls-dialect=gnu2 -ffp-contract=off -fvisibility=hidden -Itools/cudacpu)
 if [ "${CUDACPU_ASAN:-0}" = 1 ]; then
     OUT=${CUDACPU_OUT:-target/cudacpu-asan}
     FLAGS+=(-fsanitize=address -fno-omit-frame-pointer --param asan-use-after-return=0 -DCUDACPU_ASAN=1)

@@ -5,8 +5,8 @@
 // CUDA C is C++ with a handful of extras. On the CPU each extra becomes something plain:
 //   __global__, __device__, __forceinline__, __launch_bounds__(n)   erased (the launch
 //       bound is read by tools/cudacpu/gen.py and checked at every launch instead)
-//   __shared__ T x[N];        a function-local static thread_local: one copy per OS thread,
-//       shared by every thread of the block, because an OS thread runs one block at a time
+//   __shared__ T x[N];        a function-local static: one copy, shared by every thread of
+//       the block, because the emulator runs one block at a time
 //   extern __shared__ T x[];  rewritten by gen.py into a pointer to the launch's dynamic
 //       shared memory (the `sharedMemBytes` of cuLaunchKernel)
 //   threadIdx, blockIdx, blockDim, gridDim    the running fiber's coordinates
@@ -28,14 +28,13 @@ struct dim3 {
     unsigned int x, y, z;
 };
 
-// The coordinates of the running CUDA thread. Each OS thread runs its own launches (cargo
-// runs tests on several), and a fiber never leaves the OS thread that started it, so these
-// are thread-locals; the scheduler points `current_thread_idx` at the running fiber's
-// coordinates before it switches to it. (Not the faster initial-exec TLS model: a library
-// loaded with dlopen may not place its thread-locals, __shared__ arrays included, there.)
-#define CUDACPU_TLS thread_local
-extern CUDACPU_TLS dim3* current_thread_idx;
-extern CUDACPU_TLS dim3 current_block_idx, current_block_dim, current_grid_dim;
+// The coordinates of the running CUDA thread. One launch runs at a time in the whole
+// process (a lock in driver.cpp), so plain globals are enough; the scheduler points
+// `current_thread_idx` at the running fiber's coordinates before it switches to it.
+// (Thread-locals would let two test threads run kernels at once, but in a library loaded
+// with dlopen every access to one is a call: they made the emulator 30 % slower.)
+extern dim3* current_thread_idx;
+extern dim3 current_block_idx, current_block_dim, current_grid_dim;
 
 // Where a barrier or a shuffle was written: reported when a launch deadlocks.
 struct Site {
@@ -137,7 +136,7 @@ constexpr int warpSize = 32;
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)
-#define __shared__ static thread_local
+#define __shared__ static
 #define __restrict__ __restrict
 
 #define threadIdx (*::cudacpu::current_thread_idx)

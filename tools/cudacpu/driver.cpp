@@ -58,9 +58,10 @@ constexpr int DEFAULT_DYNAMIC_SHARED = 48 * 1024;
 constexpr int MAX_DYNAMIC_SHARED_OPTIN = 232448;  // 227 KiB on compute capability 9.0
 
 // The driver's tables (allocations, modules, streams) are shared by every OS thread: one
-// thread changes or reads them at a time. Kernels and copies run outside the lock, so tests
-// on two threads (cargo runs them that way) use two cores.
+// thread changes or reads them at a time. Copies run outside that lock; kernels run under a
+// second one, because the scheduler is one per process (scheduler.cpp).
 std::recursive_mutex big_lock;
+std::mutex launch_lock;
 std::map<std::uintptr_t, std::size_t> allocations;  // base -> bytes
 thread_local std::string last_detail;  // what the latest failure on this thread was
 thread_local int last_code = SUCCESS;
@@ -171,9 +172,16 @@ void install_fault_handler() {
 int launch_now(const Function& f, dim3 grid, dim3 block, std::size_t shared, void** params) {
     const KernelInfo& k = *f.kernel;
     LaunchSpec spec{&k, grid, block, shared, params};
+    std::lock_guard<std::mutex> one_launch_at_a_time(launch_lock);
     install_fault_handler();
     running_kernel = k.name;
+    static const bool trace = std::getenv("CUDACPU_TRACE") != nullptr;
+    auto start = std::chrono::steady_clock::now();
     std::string why = run_launch(spec);
+    if (trace)  // CUDACPU_TRACE=1: one line per launch, for finding what the emulator spends time on
+        std::fprintf(stderr, "cudacpu: %s grid (%u,%u,%u) block (%u,%u,%u) shared %zu: %.3f ms\n",
+                     k.name, grid.x, grid.y, grid.z, block.x, block.y, block.z, shared,
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     running_kernel = nullptr;
     if (!why.empty()) return fail(LAUNCH_FAILED, why);
     return SUCCESS;

@@ -5,7 +5,9 @@
 // heavy (1024 per block), so each CUDA thread is a fiber: its own small stack, and a switch
 // that saves six registers and the stack pointer. Switching is a function call, so the
 // compiler has already saved every other register it cares about (the x86-64 System V ABI:
-// rbx, rbp, r12-r15 are callee-saved; so are the SSE control word and the x87 control word).
+// rbx, rbp, r12-r15 are callee-saved). The ABI also makes the SSE and x87 control words
+// callee-saved, but no kernel changes the rounding mode, so every fiber shares the one it
+// started with and the switch leaves them alone (they cost more than the rest of it).
 
 #include <sys/mman.h>
 
@@ -31,14 +33,8 @@ cudacpu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $16, %rsp
-    stmxcsr 8(%rsp)
-    fnstcw (%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr 8(%rsp)
-    fldcw (%rsp)
-    addq $16, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -84,25 +80,18 @@ void fiber_reset(Fiber& f, void (*entry)(void*), void* arg) {
     ASAN_UNPOISON_MEMORY_REGION(f.stack + 4096, f.stack_size - 4096);
 #endif
     // The frame cudacpu_switch pops, from the lowest address up:
-    //   x87 control word, MXCSR (16 bytes), r15, r14, r13 = entry, r12 = arg, rbx, rbp,
-    //   return address = cudacpu_fiber_start.
+    //   r15, r14, r13 = entry, r12 = arg, rbx, rbp, return address = cudacpu_fiber_start.
     // The return address sits 8 bytes below a 16-byte boundary, so that after `ret`
     // cudacpu_fiber_start's `call` sees the ABI's stack alignment.
     auto top = reinterpret_cast<std::uintptr_t>(f.stack + f.stack_size) & ~std::uintptr_t{15};
-    auto* frame = reinterpret_cast<std::uint64_t*>(top - 8 - 64);
-    unsigned int mxcsr;
-    unsigned short fpu_cw;
-    asm volatile("stmxcsr %0" : "=m"(mxcsr));
-    asm volatile("fnstcw %0" : "=m"(fpu_cw));
-    frame[0] = fpu_cw;
-    frame[1] = mxcsr;
-    frame[2] = 0;                                          // r15
-    frame[3] = 0;                                          // r14
-    frame[4] = reinterpret_cast<std::uint64_t>(entry);     // r13
-    frame[5] = reinterpret_cast<std::uint64_t>(arg);       // r12
-    frame[6] = 0;                                          // rbx
-    frame[7] = 0;                                          // rbp
-    frame[8] = reinterpret_cast<std::uint64_t>(&cudacpu_fiber_start);
+    auto* frame = reinterpret_cast<std::uint64_t*>(top - 8 - 48);
+    frame[0] = 0;                                          // r15
+    frame[1] = 0;                                          // r14
+    frame[2] = reinterpret_cast<std::uint64_t>(entry);     // r13
+    frame[3] = reinterpret_cast<std::uint64_t>(arg);       // r12
+    frame[4] = 0;                                          // rbx
+    frame[5] = 0;                                          // rbp
+    frame[6] = reinterpret_cast<std::uint64_t>(&cudacpu_fiber_start);
     f.sp = frame;
 }
 

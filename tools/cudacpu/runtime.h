@@ -36,7 +36,8 @@ struct LaunchSpec {
     void** params;
 };
 
-// Runs every block of the launch, one after another. Returns "" on success, otherwise what
+// Runs every block of the launch, one after another. One call at a time (the caller holds
+// driver.cpp's launch lock). Returns "" on success, otherwise what
 // went wrong (a deadlock, a shuffle in divergent code, ...), naming the kernel, the block
 // and the kernels/x.cu:N sync points.
 std::string run_launch(const LaunchSpec& spec);
@@ -52,6 +53,6 @@ struct OrderSetting {
 OrderSetting order_setting();
 
 // Set by driver.cpp around a launch, for the crash handler's message.
-extern thread_local const char* running_kernel;
+extern const char* running_kernel;
 
 }  // namespace cudacpu

@@ -4,7 +4,7 @@
 // The rule, in one loop (run_block):
 //   1. resume every thread that can run, in the chosen order (CUDACPU_ORDER); each runs
 //      until it returns, or stops at a barrier or a shuffle;
-//   2. release a shuffle whose every lane (its `mask`) has arrived, at the same line;
+//   2. release each shuffle whose every lane (its `mask`) has arrived, at the same line;
 //   3. release the barrier when every thread of the block has arrived, at the same line;
 //   4. if nothing could run and nothing was released, the block can never finish: report a
 //      deadlock, with how many threads wait where.
@@ -28,9 +28,9 @@
 
 namespace cudacpu {
 
-CUDACPU_TLS dim3* current_thread_idx = nullptr;
-CUDACPU_TLS dim3 current_block_idx, current_block_dim, current_grid_dim;
-thread_local const char* running_kernel = nullptr;
+dim3* current_thread_idx = nullptr;
+dim3 current_block_idx, current_block_dim, current_grid_dim;
+const char* running_kernel = nullptr;
 
 namespace {
 
@@ -50,13 +50,17 @@ struct Thread {
     int width = 32;
 };
 
-// One scheduler per OS thread: each runs its own launches, one block at a time.
-thread_local std::vector<Thread> threads;  // reused from block to block; grows to the largest
-thread_local Thread* running = nullptr;
-thread_local void* scheduler_sp = nullptr;
-thread_local const LaunchSpec* launch = nullptr;
-thread_local void* shared_memory = nullptr;
-thread_local std::string failure;  // set by a check inside a fiber; the block stops at the next switch
+// The scheduler's state: one launch at a time (driver.cpp's launch lock), one block at a time.
+std::vector<Thread> threads;  // reused from block to block; grows to the largest
+Thread* running = nullptr;
+void* scheduler_sp = nullptr;
+const LaunchSpec* launch = nullptr;
+void* shared_memory = nullptr;
+std::string failure;  // set by a check inside a fiber; the block stops at the next switch
+// How many threads of the block are in each waiting state, kept as they change, so that a
+// round of the scheduler does not scan the block to find out.
+std::size_t n_done = 0, n_at_barrier = 0, n_at_shuffle = 0;
+Site barrier_site{};  // where the first thread of this barrier round waits
 
 std::size_t stack_bytes() {
     const char* kb = std::getenv("CUDACPU_STACK_KB");
@@ -71,8 +75,8 @@ std::size_t stack_bytes() {
 // AddressSanitizer must be told when the stack changes, or it mistakes one fiber's frames
 // for another's (the annotations of <sanitizer/common_interface_defs.h>). No-ops otherwise.
 #if defined(__SANITIZE_ADDRESS__)
-thread_local const void* scheduler_stack = nullptr;
-thread_local std::size_t scheduler_stack_size = 0;
+const void* scheduler_stack = nullptr;
+std::size_t scheduler_stack_size = 0;
 void to_fiber(Thread& t) {
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, t.fiber.stack, t.fiber.stack_size);
@@ -97,6 +101,7 @@ void thread_main(void* arg) {
     auto* t = static_cast<Thread*>(arg);
     launch->kernel->call(launch->kernel->fn, launch->params);
     t->state = State::Done;
+    n_done++;
     to_scheduler(*t, true);
     std::abort();  // a finished fiber is never resumed
 }
@@ -159,8 +164,10 @@ int source_lane(const Thread& t, int lane) {
     return -1;
 }
 
-// Releases one complete shuffle, if a warp has one. Sets `failure` for a broken one.
-bool release_shuffle(std::size_t n) {
+// Releases the complete shuffle of each warp that has one. Sets `failure` for a broken one.
+bool release_shuffles(std::size_t n) {
+    bool released = false;
+    if (n_at_shuffle == 0) return false;
     for (std::size_t warp_start = 0; warp_start < n; warp_start += 32) {
         std::size_t lanes = std::min<std::size_t>(32, n - warp_start);
         for (std::size_t l = 0; l < lanes; l++) {
@@ -213,40 +220,28 @@ bool release_shuffle(std::size_t n) {
                 }
                 if (src >= 0) std::memcpy(t.value, before[src], first.size);
                 t.state = State::Ready;
+                n_at_shuffle--;
             }
-            return true;
+            released = true;
+            break;  // this warp's next shuffle, if any, waits for the next round
         }
     }
-    return false;
+    return released;
 }
 
 // ANCHOR: release_barrier
 // Releases the block barrier when every thread waits at it. Sets `failure` for a broken one.
 bool release_barrier(std::size_t n) {
-    const Thread* first = nullptr;
-    std::size_t returned = 0;
-    for (std::size_t i = 0; i < n; i++) {
-        const Thread& t = threads[i];
-        if (t.state == State::Done) {
-            returned++;
-        } else if (t.state != State::AtBarrier) {
-            return false;  // someone is still on the way (at a shuffle)
-        } else if (!first) {
-            first = &t;
-        } else if (t.site.line != first->site.line || t.site.file != first->site.file) {
-            failure = "threads wait at two different barriers, " + where(first->site) + " and " +
-                      where(t.site) + " (a __syncthreads() in divergent code)";
-            return false;
-        }
-    }
-    if (!first) return false;
-    if (returned > 0) {
-        failure = "__syncthreads() at " + where(first->site) + " after " +
-                  std::to_string(returned) +
+    // Someone is still on the way (at a shuffle), or nobody waits.
+    if (n_at_barrier == 0 || n_at_shuffle > 0 || n_at_barrier + n_done != n) return false;
+    if (n_done > 0) {
+        failure = "__syncthreads() at " + where(barrier_site) + " after " +
+                  std::to_string(n_done) +
                   " threads of the block returned (every thread must reach a barrier)";
         return false;
     }
     for (std::size_t i = 0; i < n; i++) threads[i].state = State::Ready;
+    n_at_barrier = 0;
     return true;
 }
 // ANCHOR_END: release_barrier
@@ -267,24 +262,26 @@ std::string run_block(std::size_t n, std::vector<std::size_t>& order, std::uint6
         t.state = State::Ready;
         fiber_reset(t.fiber, thread_main, &t);
     }
+    n_done = n_at_barrier = n_at_shuffle = 0;
     OrderSetting setting = order_setting();
     while (true) {
-        for (std::size_t i = 0; i < n; i++) order[i] = i;
-        if (setting.order == Order::Reverse) std::reverse(order.begin(), order.begin() + n);
-        if (setting.order == Order::Random)
+        if (setting.order == Order::Random) {
+            for (std::size_t i = 0; i < n; i++) order[i] = i;
             for (std::size_t i = n; i > 1; i--) std::swap(order[i - 1], order[next_random(rng) % i]);
+        }
         for (std::size_t k = 0; k < n; k++) {
-            Thread& t = threads[order[k]];
+            std::size_t i = setting.order == Order::Forward   ? k
+                            : setting.order == Order::Reverse ? n - 1 - k
+                                                              : order[k];
+            Thread& t = threads[i];
             if (t.state != State::Ready) continue;
             running = &t;
             current_thread_idx = &t.idx;
             to_fiber(t);
             if (!failure.empty()) return failure;
         }
-        bool all_done = true;
-        for (std::size_t i = 0; i < n; i++) all_done &= threads[i].state == State::Done;
-        if (all_done) return "";
-        if (release_shuffle(n) || release_barrier(n)) continue;
+        if (n_done == n) return "";
+        if (release_shuffles(n) || release_barrier(n)) continue;
         if (!failure.empty()) return failure;
         return "deadlock: " + census(n);
     }
@@ -315,6 +312,12 @@ OrderSetting order_setting() {
 void syncthreads(Site site) {
     running->state = State::AtBarrier;
     running->site = site;
+    if (n_at_barrier++ == 0) {
+        barrier_site = site;
+    } else if (site.line != barrier_site.line || site.file != barrier_site.file) {
+        failure = "threads wait at two different barriers, " + where(barrier_site) + " and " +
+                  where(site) + " (a __syncthreads() in divergent code)";
+    }
     wait_here();
 }
 
@@ -327,6 +330,7 @@ void shuffle(unsigned int mask, void* value, int size, ShuffleKind kind, int arg
     }
     Thread& t = *running;
     t.state = State::AtShuffle;
+    n_at_shuffle++;
     t.site = site;
     t.mask = mask;
     t.value = value;
