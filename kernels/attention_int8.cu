@@ -31,7 +31,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // ANCHOR: attention_int8
-extern "C" __global__ void attention_int8(float* out, const float* q, const signed char* k_codes,
+extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_int8(float* out, const float* q, const signed char* k_codes,
                                           const float* k_scales, const signed char* v_codes,
                                           const float* v_scales, int n, int start_pos,
                                           int n_heads, int n_kv_heads, int head_dim) {

@@ -4,7 +4,7 @@
 # Two halves, because the GPU machine has no internet and no Rust toolchain:
 #
 #   bash scripts/gpu-check.sh prepare     HERE (x86-64, no GPU needed): builds the `kvlab`
-#       binary and the tests/cuda.rs test binary (release, --features cuda), strips them into
+#       binary and every GPU test binary (tests/cuda_*.rs; release, --features cuda), strips them into
 #       target/gpu-check/ (a few MB), and prints how to carry them.
 #
 #   bash scripts/gpu-check.sh             THERE (a machine with an NVIDIA GPU), from the
@@ -28,6 +28,8 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUNDLE=target/gpu-check
+# Every GPU test binary: the same list scripts/test-cuda-cpu.sh runs under the CPU emulator.
+GPU_TESTS=(cuda_kernels cuda_fused cuda_paths cuda_quant cuda_speculative cuda_bench)
 
 prepare() {
     set -e
@@ -36,7 +38,7 @@ prepare() {
     mkdir -p "$BUNDLE"
     cp target/release/kvlab "$BUNDLE/kvlab"
     local t test_bin
-    for t in cuda_kernels cuda_fused cuda_paths cuda_bench; do
+    for t in "${GPU_TESTS[@]}"; do
         test_bin=$(cargo test --release --features cuda --test "$t" --no-run 2>&1 |
             tee /dev/stderr | sed -n "s/.*Executable tests\/$t.rs (\(.*\))\$/\1/p" | tail -1)
         if [ -z "$test_bin" ] || [ ! -x "$test_bin" ]; then
@@ -151,7 +153,8 @@ find_binary() { # $1: bundle name, $2: glob under target/release
 
 run_check() {
     local test_bins=() t b kvlab
-    for t in cuda-kernels cuda-fused cuda-paths cuda-bench; do
+    for t in "${GPU_TESTS[@]}"; do
+        t=${t//_/-}
         b=$(find_binary "$t" "target/release/deps/${t//-/_}-*")
         [ -n "$b" ] && test_bins+=("$b")
     done
@@ -175,7 +178,7 @@ run_check() {
     find_nvrtc "$driver_cuda"
 
     echo "== 3. CUDA tests (kernels vs CPU twins, fused == unfused, naive == cached, GPU vs CPU, graphs)"
-    if [ "${#test_bins[@]}" -eq 4 ]; then
+    if [ "${#test_bins[@]}" -eq "${#GPU_TESTS[@]}" ]; then
         local failed=0 log
         log=$(mktemp)
         for b in "${test_bins[@]}"; do

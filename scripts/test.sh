@@ -7,8 +7,9 @@
 # serve` driven by the official `openai` Python client (scripts/openai-test.sh), the book's command
 # outputs (`scripts/book_outputs.py --check`: every deterministic `$ kvlab` block re-run and
 # compared with its page), the exercises' check (every stub fails, every solution passes),
-# the book build, and the CUDA build with every kernel compiled by NVRTC (no GPU needed;
-# GPU tests skip visibly).
+# the book's prose lints, the book build, the CUDA build with every kernel compiled by NVRTC,
+# every GPU test run on the CPU under kvlab's CUDA emulator (tools/cudacpu/; no GPU needed,
+# nothing skips), and the planted kernel bugs (kernels/mutants.toml), each caught.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -33,6 +34,10 @@ python3 scripts/book_outputs.py --check
 step "exercises: every stub fails its tests, every solution passes"
 bash scripts/check-exercises.sh
 
+step "the book's prose: {{#kvlab}} references, cited paths, counts, numbers beside blocks, pasted outputs"
+python3 -m unittest discover -s scripts -p 'test_*.py'
+python3 scripts/check-book-prose.py
+
 if [ -f book/book.toml ]; then
     step "the book builds (broken includes or links fail it)"
     bash scripts/build-book.sh
@@ -41,10 +46,13 @@ fi
 step "CUDA feature: builds without CUDA, every kernel compiles with NVRTC (compute_80, compute_90)"
 bash scripts/setup-nvrtc.sh >/dev/null
 SITE=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-export LD_LIBRARY_PATH="$SITE/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CUDA_INCLUDE_DIR="$SITE/nvidia/cu13/include"
 cargo clippy --release --features cuda --all-targets -- -D warnings
-cargo test --release --features cuda --test cuda_kernels --test cuda_fused --test cuda_paths --test cuda_bench --test cuda_quant -- --nocapture 2>&1 | tee /tmp/kvlab-cuda-test.log | grep -E 'SKIPPED|compiled|test result|FAILED|panicked' || true
-[ "$(grep -c 'test result: ok' /tmp/kvlab-cuda-test.log)" -eq 5 ]
+
+step "every GPU test on this CPU, under kvlab's CUDA emulator (tools/cudacpu/): two fiber orders, then ASan"
+bash scripts/test-cuda-cpu.sh
+
+step "every planted kernel bug (kernels/mutants.toml) is caught by the GPU tests under the emulator"
+python3 scripts/kernel-mutants.py
 
 step "all checks passed"

@@ -5,7 +5,7 @@
 //! each file to NVRTC (NVIDIA's run-time compiler, `libnvrtc.so`), which turns it into
 //! PTX — NVIDIA's portable assembly — for the GPU's architecture; the driver then
 //! assembles the PTX for the exact chip. No CUDA toolkit is needed to *build* kvlab, and
-//! NVRTC needs no GPU, so CI compiles every kernel (tests/cuda.rs) on a machine without one.
+//! NVRTC needs no GPU, so CI compiles every kernel (tests/cuda_kernels.rs) on a machine without one.
 //!
 //! Two things must be found at run time:
 //! - `libnvrtc.so.13`, through `LD_LIBRARY_PATH` (set before the program starts: glibc

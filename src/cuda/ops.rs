@@ -1,5 +1,5 @@
 //! The forward pass's operations on the GPU: one safe function per kernel, each named after
-//! its CPU twin in src/ops.rs, src/attention.rs or src/kv_cache.rs.
+//! its CPU twin in src/ops.rs, src/attention.rs or src/cache/.
 //!
 //! A kernel launch is `unsafe`: the GPU trusts the pointers and sizes it is given, and an
 //! index past the end of a buffer is silent memory corruption, not a panic. So every

@@ -34,10 +34,7 @@ pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
     }
     match GPU.get_or_init(|| Gpu::new().map(Arc::new).map_err(|e| e.to_string())) {
         Ok(gpu) => {
-            EMULATED.store(
-                gpu.describe().starts_with(EMULATOR_NAME),
-                Ordering::Relaxed,
-            );
+            EMULATED.store(gpu.describe().starts_with(EMULATOR_NAME), Ordering::Relaxed);
             eprintln!("{test}: on {}", gpu.describe());
             Some(Arc::clone(gpu))
         }
@@ -200,16 +197,21 @@ pub fn with_smollm2<'a>(small: &'a [(&'static str, Model)]) -> Vec<(&'static str
 /// The SmolLM2-135M-shaped random model (30 layers, 49152 vocabulary), built once.
 ///
 /// Under the CPU emulator it keeps SmolLM2's layer shape (dim 576, 9/3 heads of 64, FFN
-/// 1536) but has 4 layers and a 4096-token vocabulary: 1/8 of the work per token, and the
-/// same kernels, launch shapes and head mapping as the full model.
+/// 1536) but has 2 layers, a 4096-token vocabulary and 512 positions: 1/13 of the work per
+/// token, the same kernels, launch shapes and head mapping as the full model, and prompts
+/// of at most a few hundred tokens (tests that read 1024+ positions as "long" give it a
+/// short prompt; `long_model` in tests/cuda_fused.rs still crosses three split-K chunks).
 pub fn smollm2() -> &'static Model {
     static MODEL: OnceLock<Model> = OnceLock::new();
     MODEL.get_or_init(|| {
         let mut config = Config::smollm2_135m();
         if on_emulator() {
-            config.num_hidden_layers = 4;
+            config.num_hidden_layers = 2;
             config.vocab_size = 4096;
-            eprintln!("  (the SmolLM2-shaped model has 4 layers and 4096 tokens under the CPU emulator)");
+            config.max_position_embeddings = 512;
+            eprintln!(
+                "  (under the CPU emulator the SmolLM2-shaped model has 2 layers, 4096 tokens and 512 positions)"
+            );
         }
         Model::random(config, 1).unwrap()
     })
