@@ -20,10 +20,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ORDERS=${ORDERS:-"forward random:2026"}
 ASAN=${ASAN:-1}
-TESTS=(cuda_kernels cuda_fused cuda_paths cuda_quant cuda_speculative cuda_bench)
+TESTS=(cuda_fused cuda_paths cuda_speculative cuda_kernels cuda_quant cuda_bench)  # longest first
 # The later orders rerun the kernel tests only: a missing barrier is a kernel's bug, and the
 # whole-model tests (the paths, graphs, speculation) add minutes but no new barrier.
-KERNEL_TESTS=(cuda_kernels cuda_fused cuda_quant)
+KERNEL_TESTS=(cuda_fused cuda_kernels cuda_quant)
 KERNEL_SKIP=(--skip gpu_fused_paths_naive_equals_cached_and_match_cpu --skip gpu_graph_decode_equals_eager_and_counts_one_launch)
 
 bash scripts/setup-nvrtc.sh >/dev/null
@@ -36,10 +36,47 @@ emulator=$(bash scripts/build-cudacpu.sh)
 test_args=()
 for t in "${TESTS[@]}"; do test_args+=(--test "$t"); done
 cargo test --release --features cuda "${test_args[@]}" --no-run
+# Each test binary's path, to run them directly: several at once, one per core. The
+# emulator runs one launch at a time per process, so separate processes use the cores.
+declare -A BIN
+while read -r name path; do BIN[$name]=$path; done < <(
+    cargo test --release --features cuda "${test_args[@]}" --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        print(m["target"]["name"], m["executable"])')
+for t in "${TESTS[@]}"; do
+    [ -n "${BIN[$t]:-}" ] || { echo "test-cuda-cpu: cargo built no binary for tests/$t.rs" >&2; exit 1; }
+done
 
 log=$(mktemp)
 runs=$(mktemp)
-trap 'rm -f "$log" "$runs"' EXIT
+logs=$(mktemp -d)
+trap 'rm -rf "$log" "$runs" "$logs"' EXIT
+
+# run_binaries ORDER NAME...: every named test binary under the emulator, $(nproc) at a
+# time, longest first (the order of TESTS); their output, binary by binary, into $log.
+run_binaries() {
+    local order=$1 t failed=0
+    shift
+    for t in "$@"; do
+        while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
+        (
+            LD_LIBRARY_PATH="$(dirname "$emulator"):$NVRTC_LIB" CUDACPU_ORDER=$order \
+                "${BIN[$t]}" --nocapture "${skip[@]}" >"$logs/$t.log" 2>&1
+            echo $? >"$logs/$t.rc"
+        ) &
+    done
+    wait
+    : >"$log"
+    for t in "$@"; do
+        cat "$logs/$t.log" >>"$log"
+        [ "$(cat "$logs/$t.rc")" = 0 ] || { echo "test-cuda-cpu: tests/$t.rs failed" >&2; failed=1; }
+    done
+    return $failed
+}
+
 first=1
 for order in $ORDERS; do
     if [ $first = 1 ]; then
@@ -50,11 +87,8 @@ for order in $ORDERS; do
         echo "== the kernel tests again, fiber order $order"
     fi
     first=0
-    args=()
-    for t in "${binaries[@]}"; do args+=(--test "$t"); done
     start=$SECONDS
-    if ! LD_LIBRARY_PATH="$(dirname "$emulator"):$NVRTC_LIB" CUDACPU_ORDER=$order \
-        cargo test --release --features cuda "${args[@]}" -- --nocapture "${skip[@]}" >"$log" 2>&1; then
+    if ! run_binaries "$order" "${binaries[@]}"; then
         cat "$log"
         echo "test-cuda-cpu: a GPU test failed under the emulator (order $order)" >&2
         exit 1
@@ -79,8 +113,7 @@ if [ "$ASAN" = 1 ]; then
     start=$SECONDS
     for t in cuda_kernels cuda_quant; do
         # The test binary itself, not `cargo test`: only it should run under ASan.
-        bin=$(cargo test --release --features cuda --test "$t" --no-run 2>&1 |
-            sed -n "s/.*Executable tests\/$t.rs (\(.*\))\$/\1/p" | tail -1)
+        bin=${BIN[$t]}
         if ! LD_PRELOAD="$(g++ -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
             LD_LIBRARY_PATH="$(dirname "$asan_lib"):$NVRTC_LIB" "$bin" --nocapture >"$log" 2>&1; then
             cat "$log"
