@@ -35,12 +35,12 @@ export KVLAB_REQUIRE_GPU=1 KVLAB_NO_TIMING=1
 emulator=$(bash scripts/build-cudacpu.sh)
 test_args=()
 for t in "${TESTS[@]}"; do test_args+=(--test "$t"); done
-cargo test --release --features cuda "${test_args[@]}" --no-run
-# Each test binary's path, to run them directly: several at once, one per core. The
-# emulator runs one launch at a time per process, so separate processes use the cores.
+# Build the test binaries and read each one's path, to run them directly: several at once,
+# one per core. The emulator runs one launch at a time per process, so separate processes
+# use the cores. (cargo's build progress still goes to stderr.)
 declare -A BIN
 while read -r name path; do BIN[$name]=$path; done < <(
-    cargo test --release --features cuda "${test_args[@]}" --no-run --message-format=json 2>/dev/null |
+    cargo test --release --features cuda "${test_args[@]}" --no-run --message-format=json |
         python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -128,7 +128,7 @@ fi
 if [ "${RECORD:-0}" = 1 ]; then
     commit=$(git rev-parse --short HEAD)
     git diff --quiet HEAD -- kernels tools src tests || commit="$commit+dirty"
-    python3 - "$runs" "$commit" "$ASAN" <<'PY'
+    python3 - "$runs" "$commit" "$ASAN" "${TESTS[@]}" <<'PY'
 import json, platform, subprocess, sys, datetime
 runs = [json.loads(l) for l in open(sys.argv[1])]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
@@ -137,7 +137,7 @@ status = {
     "commit": sys.argv[2],
     "date": datetime.date.today().isoformat(),
     "machine": f"{cpu}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores",
-    "test_binaries": ["cuda_kernels", "cuda_fused", "cuda_paths", "cuda_quant", "cuda_speculative", "cuda_bench"],
+    "test_binaries": sys.argv[4:],
     "runs": runs,
     "asan_kernel_tests": sys.argv[3] == "1",
 }
