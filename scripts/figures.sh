@@ -127,6 +127,10 @@ done
 measure compare.json -- compare --random-weights --prompt-len "$COMPARE_PROMPT_LEN" --max-new-tokens "$COMPARE_NEW" --json
 # The KV cache filling token by token.
 measure generate.json -- generate --model "$MODEL" --chat --prompt "Explain in a few sentences what a KV cache is." --max-new-tokens 64 --json
+# What reserving the cache for prompt + max_new_tokens costs before the first token (§3.3,
+# book: cache-layouts.md): the same short request asking for 4000 and for 16 new tokens.
+measure reserve_4000.json -- generate --model "$MODEL" --chat --prompt "Say hi." --max-new-tokens 4000 --json
+measure reserve_16.json -- generate --model "$MODEL" --chat --prompt "Say hi." --max-new-tokens 16 --json
 # The same request in every cache layout (its own CSV and SVG go to target/, unused).
 measure trace.json -- trace --model "$MODEL" --chat --prompt "Explain in a few sentences what a KV cache is." --max-new-tokens "$TRACE_NEW" --out target/figures-trace --json
 # Requests that fit in each budget: one JSON line per budget.

@@ -157,15 +157,39 @@ class Refs(unittest.TestCase):
 
 
 class Stamps(unittest.TestCase):
-    def test_report_only_unless_strict(self):
-        env = dict(os.environ)
-        env.pop("KVLAB_STRICT_STAMPS", None)
-        problems, _ = lint.check_stamps(False)
-        if problems:  # today's book: several commits; only the strict mode fails on them
-            strict = subprocess.run([sys.executable, str(HERE / "check-book-prose.py")],
-                                    env=dict(env, KVLAB_STRICT_STAMPS="1"), capture_output=True, text=True)
-            self.assertEqual(strict.returncode, 1)
-            self.assertIn("different commits", strict.stderr)
+    ONE = {"abc1234": ["book/src/a.md:3", "book/src/figures/f.md:1"]}
+
+    def test_one_clean_commit_with_no_code_since_passes(self):
+        problems, _ = lint.check_stamps(self.ONE, changed_since=lambda c: [])
+        self.assertEqual(problems, [])
+
+    def test_two_commits_fail(self):
+        found = dict(self.ONE, def5678=["book/src/b.md:9"])
+        problems, _ = lint.check_stamps(found, changed_since=lambda c: [])
+        self.assertIn("2 different commits", problems[0])
+
+    def test_a_dirty_stamp_fails(self):
+        problems, _ = lint.check_stamps({"abc1234+dirty": ["book/src/figures/f.md:1"]},
+                                        changed_since=lambda c: [])
+        self.assertIn("uncommitted changes", problems[0])
+
+    def test_a_stale_caption_fails(self):
+        problems, _ = lint.check_stamps(self.ONE, changed_since=lambda c: ["src/ops.rs"])
+        self.assertEqual(len(problems), 1)
+        self.assertIn("book/src/a.md:3: stamped abc1234, but the code it measures changed since (src/ops.rs)",
+                      problems[0])
+
+    def test_an_unknown_commit_fails(self):
+        problems, _ = lint.check_stamps(self.ONE, changed_since=lambda c: None)
+        self.assertIn("does not have", problems[0])
+
+    def test_git_sees_code_changed_since_the_first_commit(self):
+        first = subprocess.run(["git", "-C", str(ROOT), "rev-list", "--max-parents=0", "HEAD"],
+                               capture_output=True, text=True).stdout.split()
+        if not first:
+            self.skipTest("not a git checkout")
+        self.assertIn("Cargo.toml", lint.code_changed_since(first[-1][:7]))
+        self.assertIsNone(lint.code_changed_since("0000000"))
 
 
 if __name__ == "__main__":

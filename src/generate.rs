@@ -124,8 +124,15 @@ pub struct Generation {
     /// Filled in by the caller, who holds the tokenizer.
     pub text: String,
     pub stop_reason: StopReason,
-    /// Prefill plus sampling the first token.
+    /// Prefill plus sampling the first token. The clock starts when the decoder exists:
+    /// its KV cache is already reserved (see `alloc_ms`).
     pub ttft_ms: f64,
+    /// Building the decoder before the prompt: reserving, and zero-filling, the KV cache
+    /// for prompt + max_new_tokens (book: cache-layouts.md, §3.3). 0 unless the caller
+    /// timed it ([`Generation::with_alloc_ms`]).
+    pub alloc_ms: f64,
+    /// `alloc_ms + ttft_ms`: the first token as the request sees it.
+    pub ttft_with_alloc_ms: f64,
     /// Latency of every token: `[ttft, step 2, step 3, ...]`.
     pub token_ms: Vec<f64>,
     /// Mean latency of the decode steps (tokens after the first).
@@ -142,6 +149,23 @@ pub struct Generation {
     /// KV cache bytes reserved after each token: flat when preallocated, steps when
     /// growable, a staircase of blocks when paged (`kvlab trace`).
     pub token_kv_bytes_reserved: Vec<usize>,
+}
+
+impl Generation {
+    /// Adds the time the caller took to build the decoder (and so to reserve its cache).
+    pub fn with_alloc_ms(mut self, alloc_ms: f64) -> Generation {
+        self.alloc_ms = alloc_ms;
+        self.ttft_with_alloc_ms = alloc_ms + self.ttft_ms;
+        self
+    }
+}
+
+/// `make()`, and how long it took in milliseconds: a decoder's construction, which
+/// reserves its KV cache, is timed with this.
+pub fn timed<T>(make: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
+    let start = Instant::now();
+    let made = make()?;
+    Ok((made, start.elapsed().as_secs_f64() * 1e3))
 }
 
 /// Checks a request against the model's context before any work is done.
@@ -249,6 +273,8 @@ pub fn generate_with(
         text: String::new(),
         stop_reason,
         ttft_ms,
+        alloc_ms: 0.0,
+        ttft_with_alloc_ms: ttft_ms,
         tpot_ms: if n_decode > 0 {
             decode_ms / n_decode as f64
         } else {

@@ -55,6 +55,13 @@ fn generate_json_has_the_figures() {
     }
     assert_eq!(r["prompt_ids"].as_array().unwrap().len(), 12);
     assert_eq!(r["generated_ids"].as_array().unwrap().len(), 5);
+    // TTFT with the cache's reservation timed too (book: cache-layouts.md, §3.3).
+    let (alloc, ttft) = (
+        r["alloc_ms"].as_f64().unwrap(),
+        r["ttft_ms"].as_f64().unwrap(),
+    );
+    assert!(alloc > 0.0, "building the decoder was not timed: {alloc}");
+    assert_eq!(r["ttft_with_alloc_ms"].as_f64().unwrap(), alloc + ttft);
     // SmolLM2 shape, f32: 30 layers x 3 KV heads x 64 x 2 (K,V) x 4 bytes per position, 17 positions reserved.
     assert_eq!(r["kv_cache_bytes"], 17 * 30 * 3 * 64 * 2 * 4);
 }
@@ -68,10 +75,26 @@ fn compare_json_says_identical_with_a_speedup() {
         "24",
         "--max-new-tokens",
         "4",
+        "--ttft-rounds",
+        "3",
         "--json",
     ]);
     assert_eq!(r["identical"], true);
     assert!(r["speedup"].as_f64().unwrap() > 0.0);
+    // TTFT: a warm-up round, then 3 counted ones, the paths alternating.
+    assert_eq!(r["ttft"]["rounds"], 3);
+    let order: Vec<String> = r["ttft"]["order"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|round| round[0].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(order, ["cached", "naive", "cached", "naive"]);
+    for path in ["cached", "naive"] {
+        let samples = &r["ttft"][path];
+        assert_eq!(samples["ttft_ms"].as_array().unwrap().len(), 3, "{path}");
+        assert!(samples["median_ttft_with_alloc_ms"].as_f64().unwrap() > 0.0);
+    }
     assert_eq!(r["naive"]["generated_ids"], r["cached"]["generated_ids"]);
     assert_eq!(r["naive"]["kv_cache_bytes"], 0);
     assert!(!r["checkpoints"].as_array().unwrap().is_empty());

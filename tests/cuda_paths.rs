@@ -207,6 +207,7 @@ fn gpu_greedy_tokens_match_cpu() {
             },
             &prompt,
             &opts,
+            1, // TTFT rounds: this test checks tokens, not time
         )
         .unwrap();
         eprintln!("  {name}: CPU {:?}", cpu.generated_ids);

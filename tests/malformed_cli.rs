@@ -169,6 +169,8 @@ fn cases() -> Vec<Case> {
         // ---- compare, trace, demo ----
         bad("compare --max-new-tokens usize::MAX", |m| on("compare", m, &["--prompt", "hi", "--max-new-tokens", MAX]), over_context),
         bad("compare --prompt-len usize::MAX", |m| on("compare", m, &["--prompt-len", MAX]), "--prompt-len 18446744073709551615 is out of range"),
+        bad("compare --ttft-rounds 0", |m| on("compare", m, &["--prompt", "hi", "--max-new-tokens", "2", "--ttft-rounds", "0"]), "--ttft-rounds 0: give 1 to 100"),
+        bad("compare --ttft-rounds usize::MAX", |m| on("compare", m, &["--prompt", "hi", "--max-new-tokens", "2", "--ttft-rounds", MAX]), "--ttft-rounds 18446744073709551615: give 1 to 100"),
         bad("compare --temperature -1", |m| on("compare", m, &["--prompt", "hi", "--max-new-tokens", "2", "--temperature", "-1"]), "--temperature -1"),
         bad("trace --max-new-tokens usize::MAX", |m| on("trace", m, &["--prompt", "hi", "--max-new-tokens", MAX, "--out", &s(m.join("t"))]), over_context),
         bad("trace --prompt-len 10^10", |m| on("trace", m, &["--prompt-len", "10000000000", "--out", &s(m.join("t"))]), "--prompt-len 10000000000 is out of range"),

@@ -2,8 +2,11 @@
 //! the same request through both paths, the tokens checked equal, the time compared.
 
 use crate::error::{Error, Result};
-use crate::generate::{generate_with, Decoder, GenerateOptions, Generation, PathKind};
+use crate::generate::{generate_with, timed, Decoder, GenerateOptions, Generation, PathKind};
+use crate::lab::timing::{median, ms_since};
+use crate::sampler::Sampler;
 use serde::Serialize;
+use std::time::Instant;
 
 /// Cumulative and per-step time of both paths at one token index.
 #[derive(Debug, Clone, Serialize)]
@@ -22,15 +25,60 @@ pub struct Checkpoint {
     pub cached_cumulative_ms: f64,
 }
 
+/// One path's time to first token, over the counted rounds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TtftSamples {
+    /// Building the decoder, every round: reserving and zero-filling the KV cache.
+    pub alloc_ms: Vec<f64>,
+    /// Prefill + sampling the first token, every round (the clock starts after the
+    /// decoder is built).
+    pub ttft_ms: Vec<f64>,
+    pub median_alloc_ms: f64,
+    pub median_ttft_ms: f64,
+    /// The median of `alloc + ttft` per round: the first token as a request sees it.
+    pub median_ttft_with_alloc_ms: f64,
+}
+
+/// TTFT measured apart from the full generations: one warm-up round, then `rounds`
+/// counted ones, the two paths alternating which goes first. A single cold run puts the
+/// first touch of the weights, the allocator's first pages and a cold cache on whichever
+/// path runs first, and a one-off on whichever path it hits: the median of alternating
+/// rounds cancels both.
+#[derive(Debug, Clone, Serialize)]
+pub struct TtftRounds {
+    /// Counted rounds (the warm-up round is not among them).
+    pub rounds: usize,
+    /// The order of every round, the warm-up first.
+    pub order: Vec<[PathKind; 2]>,
+    pub cached: TtftSamples,
+    pub naive: TtftSamples,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Comparison {
     /// Same generated tokens on both paths.
     pub identical: bool,
-    /// Naive total time / cached total time.
+    /// Naive total time / cached total time (the full generations).
     pub speedup: f64,
+    /// TTFT alone, medians over alternating rounds: the figure to quote for TTFT.
+    pub ttft: TtftRounds,
+    /// The order the two full generations ran in (after the TTFT rounds, so warm).
+    pub generation_order: [PathKind; 2],
     pub checkpoints: Vec<Checkpoint>,
     pub cached: Generation,
     pub naive: Generation,
+}
+
+/// More rounds than this only make a learner wait: the median of 5 is already stable.
+pub const MAX_TTFT_ROUNDS: usize = 100;
+
+/// Round `r`'s order: cached first in even rounds, naive first in odd ones.
+fn round_order(r: usize) -> [PathKind; 2] {
+    if r.is_multiple_of(2) {
+        [PathKind::Cached, PathKind::Naive]
+    } else {
+        [PathKind::Naive, PathKind::Cached]
+    }
 }
 
 /// Token indices the table shows: 1, 2, 4, 8, 16, 32... and the last.
@@ -44,23 +92,76 @@ pub fn checkpoint_tokens(n: usize) -> Vec<usize> {
     at
 }
 
-/// Runs `prompt` through the cached path, then the naive path, each with a decoder from
-/// `make_decoder` (on the CPU or the GPU, in any cache layout: see `crate::backend`).
+/// Runs `prompt` through both paths, each with a decoder from `make_decoder` (on the
+/// CPU or the GPU, in any cache layout: see `crate::backend`). First TTFT alone: a
+/// warm-up round and `ttft_rounds` counted rounds of building a decoder and taking its
+/// first token, the paths alternating ([`TtftRounds`]). Then one full generation each,
+/// in the order after the last round's, for the per-step table and the tokens.
 pub fn compare_with<'a>(
     mut make_decoder: impl FnMut(PathKind) -> Result<Box<dyn Decoder + 'a>>,
     prompt: &[u32],
     opts: &GenerateOptions,
+    ttft_rounds: usize,
 ) -> Result<Comparison> {
+    if !(1..=MAX_TTFT_ROUNDS).contains(&ttft_rounds) {
+        return Err(Error::InvalidArgument(format!(
+            "--ttft-rounds {ttft_rounds}: give 1 to {MAX_TTFT_ROUNDS} (the TTFT figures are medians over rounds)"
+        )));
+    }
+    opts.sampler.validate()?;
+    let mut first_token = |path| -> Result<(f64, f64)> {
+        let (mut decoder, alloc_ms) = timed(|| make_decoder(path))?;
+        let mut sampler = Sampler::new(opts.sampler);
+        let start = Instant::now();
+        let logits = decoder.prefill(prompt)?;
+        sampler.sample(&logits)?;
+        Ok((alloc_ms, ms_since(start)))
+    };
+    let mut ttft = TtftRounds {
+        rounds: ttft_rounds,
+        order: Vec::with_capacity(ttft_rounds + 1),
+        cached: TtftSamples::default(),
+        naive: TtftSamples::default(),
+    };
+    for round in 0..=ttft_rounds {
+        let order = round_order(round);
+        for path in order {
+            let (alloc_ms, ttft_ms) = first_token(path)?;
+            // Round 0 warms up: the weights' pages, the allocator, the instruction cache.
+            if round > 0 {
+                let samples = match path {
+                    PathKind::Cached => &mut ttft.cached,
+                    PathKind::Naive => &mut ttft.naive,
+                };
+                samples.alloc_ms.push(alloc_ms);
+                samples.ttft_ms.push(ttft_ms);
+            }
+        }
+        ttft.order.push(order);
+    }
+    for samples in [&mut ttft.cached, &mut ttft.naive] {
+        samples.median_alloc_ms = median(samples.alloc_ms.clone());
+        samples.median_ttft_ms = median(samples.ttft_ms.clone());
+        let with_alloc = samples.alloc_ms.iter().zip(&samples.ttft_ms);
+        samples.median_ttft_with_alloc_ms = median(with_alloc.map(|(a, t)| a + t).collect());
+    }
+
+    let generation_order = round_order(ttft_rounds + 1);
     let mut run = |path| -> Result<Generation> {
-        let mut decoder = make_decoder(path)?;
+        let (mut decoder, alloc_ms) = timed(|| make_decoder(path))?;
         let opts = GenerateOptions {
             path,
             ..opts.clone()
         };
-        generate_with(decoder.as_mut(), prompt, &opts, |_| {})
+        let generation = generate_with(decoder.as_mut(), prompt, &opts, |_| {})?;
+        Ok(generation.with_alloc_ms(alloc_ms))
     };
-    let cached = run(PathKind::Cached)?;
-    let naive = run(PathKind::Naive)?;
+    let [first, second] = generation_order;
+    let (first, second) = (run(first)?, run(second)?);
+    let (cached, naive) = match generation_order[0] {
+        PathKind::Cached => (first, second),
+        PathKind::Naive => (second, first),
+    };
     let identical = cached.generated_ids == naive.generated_ids;
     let n = cached.token_ms.len().min(naive.token_ms.len());
     let cumulative = |ms: &[f64], t: usize| ms[..t].iter().sum::<f64>();
@@ -85,6 +186,8 @@ pub fn compare_with<'a>(
     Ok(Comparison {
         identical,
         speedup: naive.total_ms / cached.total_ms,
+        ttft,
+        generation_order,
         checkpoints,
         cached,
         naive,
@@ -101,5 +204,79 @@ impl Comparison {
                 "the naive and cached paths generated different tokens".into(),
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::KvBytes;
+    use crate::sampler::SamplerConfig;
+
+    /// A decoder whose best next token is always `(last + 1) % 4`: no model needed.
+    struct Counting(u32);
+
+    impl Decoder for Counting {
+        fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
+            self.step(*prompt.last().unwrap_or(&0))
+        }
+        fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+            self.0 = token;
+            let mut logits = vec![0.0; 4];
+            logits[(token as usize + 1) % 4] = 1.0;
+            Ok(logits)
+        }
+        fn kv_bytes(&self) -> KvBytes {
+            KvBytes::default()
+        }
+    }
+
+    fn opts() -> GenerateOptions {
+        GenerateOptions {
+            max_new_tokens: 5,
+            path: PathKind::Cached,
+            sampler: SamplerConfig::default(),
+            eos_ids: vec![],
+        }
+    }
+
+    #[test]
+    fn ttft_rounds_alternate_and_skip_the_warm_up() {
+        let mut built = Vec::new();
+        let cmp = compare_with(
+            |path| {
+                built.push(path);
+                Ok(Box::new(Counting(0)))
+            },
+            &[1, 2],
+            &opts(),
+            3,
+        )
+        .unwrap();
+        use PathKind::{Cached as C, Naive as N};
+        // Warm-up (C, N), rounds (N, C), (C, N), (N, C), then the generations (C, N).
+        assert_eq!(built, [C, N, N, C, C, N, N, C, C, N]);
+        assert_eq!(cmp.ttft.order, [[C, N], [N, C], [C, N], [N, C]]);
+        assert_eq!(cmp.generation_order, [C, N]);
+        for samples in [&cmp.ttft.cached, &cmp.ttft.naive] {
+            assert_eq!((samples.alloc_ms.len(), samples.ttft_ms.len()), (3, 3));
+            let sums: Vec<f64> = (0..3)
+                .map(|i| samples.alloc_ms[i] + samples.ttft_ms[i])
+                .collect();
+            assert_eq!(samples.median_ttft_with_alloc_ms, median(sums));
+        }
+        assert!(cmp.identical);
+        assert_eq!(cmp.cached.generated_ids, [3, 0, 1, 2, 3]);
+        let g = &cmp.cached;
+        assert_eq!(g.ttft_with_alloc_ms, g.alloc_ms + g.ttft_ms);
+    }
+
+    #[test]
+    fn zero_rounds_is_refused_with_the_fix() {
+        let err = compare_with(|_| Ok(Box::new(Counting(0))), &[1], &opts(), 0).unwrap_err();
+        assert!(
+            err.to_string().contains("--ttft-rounds 0: give 1 to 100"),
+            "{err}"
+        );
     }
 }

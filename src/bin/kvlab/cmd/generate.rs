@@ -8,7 +8,7 @@ use clap::Args;
 use kvlab::backend::{Backend, CacheLayout};
 use kvlab::cache::CacheKind;
 use kvlab::error::Result;
-use kvlab::generate::{check_request, generate_with, GenerateOptions, PathKind};
+use kvlab::generate::{check_request, generate_with, timed, GenerateOptions, PathKind};
 use kvlab::lab::compare::compare_with;
 use kvlab::lab::timing::synthetic_prompt;
 use kvlab::sampler::SamplerConfig;
@@ -51,7 +51,17 @@ pub struct CompareArgs {
     #[command(flatten)]
     pub spec: SpecArgs,
     #[command(flatten)]
+    pub rounds: TtftRoundsArg,
+    #[command(flatten)]
     pub out: JsonArgs,
+}
+
+#[derive(Args)]
+pub struct TtftRoundsArg {
+    /// TTFT is measured apart from the full generations: one warm-up round, then this many
+    /// rounds, the paths alternating which goes first; the table quotes the medians.
+    #[arg(long, default_value_t = 5)]
+    pub ttft_rounds: usize,
 }
 
 #[derive(Args)]
@@ -64,6 +74,8 @@ pub struct DemoArgs {
     pub device: DeviceArgs,
     #[arg(long, default_value_t = 32)]
     pub max_new_tokens: usize,
+    #[command(flatten)]
+    pub rounds: TtftRoundsArg,
     #[command(flatten)]
     pub out: JsonArgs,
 }
@@ -141,12 +153,16 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     check_request(model, &prompt_ids, opts.max_new_tokens)?;
     let backend = args.device.backend(model)?;
     let layout = args.cache.layout()?;
-    let mut decoder = backend.decoder(opts.path, layout, prompt_ids.len(), opts.max_new_tokens)?;
+    // Timed: building the decoder reserves (and zero-fills) the whole KV cache before the
+    // prompt is read, and the request waits for it (`alloc_ms`, book: cache-layouts.md).
+    let (mut decoder, alloc_ms) =
+        timed(|| backend.decoder(opts.path, layout, prompt_ids.len(), opts.max_new_tokens))?;
     let json = args.out.json;
     let mut printer = TokenPrinter::new(tokenizer, &opts.eos_ids, json);
     let mut generation = generate_with(decoder.as_mut(), &prompt_ids, &opts, |token| {
         printer.push(token)
-    })?;
+    })?
+    .with_alloc_ms(alloc_ms);
     if let Some(tokenizer) = tokenizer {
         generation.text = visible_text(tokenizer, &generation.generated_ids, &opts.eos_ids)?;
     }
@@ -177,14 +193,18 @@ pub fn compare(args: CompareArgs) -> Result<()> {
         PathKind::Cached,
     );
     let backend = args.device.backend(model)?;
+    let request = CompareRequest {
+        prompt_ids: &prompt_ids,
+        opts: &opts,
+        layout: args.cache.layout()?,
+        ttft_rounds: args.rounds.ttft_rounds,
+    };
     run_compare(
         &backend,
         model,
         loaded.tokenizer.as_ref(),
-        &prompt_ids,
-        &opts,
+        &request,
         args.out.json,
-        args.cache.layout()?,
     )
 }
 
@@ -223,30 +243,46 @@ pub fn demo(args: DemoArgs) -> Result<()> {
         },
     };
     let backend = args.device.backend(&model)?;
+    let request = CompareRequest {
+        prompt_ids: &prompt_ids,
+        opts: &opts,
+        layout: CacheLayout::default(),
+        ttft_rounds: args.rounds.ttft_rounds,
+    };
     run_compare(
         &backend,
         &model,
         tokenizer.as_ref(),
-        &prompt_ids,
-        &opts,
+        &request,
         args.out.json,
-        CacheLayout::default(),
     )
+}
+
+/// What `compare` and `demo` run through both paths.
+struct CompareRequest<'a> {
+    prompt_ids: &'a [u32],
+    opts: &'a GenerateOptions,
+    layout: CacheLayout,
+    ttft_rounds: usize,
 }
 
 fn run_compare(
     backend: &Backend,
     model: &Model,
     tokenizer: Option<&Tokenizer>,
-    prompt_ids: &[u32],
-    opts: &GenerateOptions,
+    request: &CompareRequest,
     json: bool,
-    layout: CacheLayout,
 ) -> Result<()> {
+    let &CompareRequest {
+        prompt_ids,
+        opts,
+        layout,
+        ttft_rounds,
+    } = request;
     check_request(model, prompt_ids, opts.max_new_tokens)?;
     if !json {
         eprintln!(
-            "device: {} | prompt: {} tokens, generating {} with each path (cached first, then naive: the naive one takes a while)...",
+            "device: {} | prompt: {} tokens | TTFT: a warm-up round and {ttft_rounds} rounds, the paths alternating | then {} new tokens with each path (the naive one takes a while)...",
             backend.describe(),
             prompt_ids.len(),
             opts.max_new_tokens
@@ -256,6 +292,7 @@ fn run_compare(
         |path| backend.decoder(path, layout, prompt_ids.len(), opts.max_new_tokens),
         prompt_ids,
         opts,
+        ttft_rounds,
     )?;
     if let Some(tok) = tokenizer {
         cmp.cached.text = visible_text(tok, &cmp.cached.generated_ids, &opts.eos_ids)?;

@@ -54,13 +54,14 @@ pub fn human_bytes(bytes: usize) -> String {
 /// One generation's figures on one line (`generate`, `compare`).
 pub fn summary(g: &Generation) -> String {
     format!(
-        "[{:?}] prompt {} tokens, generated {} ({:?}) | TTFT {:.1} ms ({:.0} prompt tok/s) | TPOT {:.1} ms ({:.1} tok/s) | KV cache {} reserved, {} used",
+        "[{:?}] prompt {} tokens, generated {} ({:?}) | TTFT {:.1} ms ({:.0} prompt tok/s; {:.1} ms with reserving the KV cache) | TPOT {:.1} ms ({:.1} tok/s) | KV cache {} reserved, {} used",
         g.path,
         g.prompt_ids.len(),
         g.generated_ids.len(),
         g.stop_reason,
         g.ttft_ms,
         g.prefill_tok_s,
+        g.ttft_with_alloc_ms,
         g.tpot_ms,
         g.decode_tok_s,
         human_bytes(g.kv_cache_bytes),
@@ -102,6 +103,16 @@ pub fn comparison(c: &Comparison) {
     outln!(
         "(token 1 is the prefill: its time is TTFT. mean: the mean step since the previous row; \
          ratio: naive mean / cached mean. context: tokens the step attends to.)"
+    );
+    let (t, naive, cached) = (&c.ttft, &c.ttft.naive, &c.ttft.cached);
+    outln!(
+        "TTFT, median of {} rounds after a warm-up, the paths alternating: naive {:.1} ms, cached {:.1} ms \
+         | with building the decoder (reserving the KV cache): naive {:.1} ms, cached {:.1} ms",
+        t.rounds,
+        naive.median_ttft_ms,
+        cached.median_ttft_ms,
+        naive.median_ttft_with_alloc_ms,
+        cached.median_ttft_with_alloc_ms,
     );
     outln!();
     outln!("{}", summary(&c.naive));

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Regenerates everything the book and the README show from measurements, in one run of one
+# commit, so that every stamp names the same code:
+#
+#   bash scripts/regenerate-book.sh
+#
+#   1. the figures and their data (scripts/figures.sh: every experiment with --json, then
+#      `kvlab plot`);
+#   2. every `$ kvlab ...` block of the book and the README (scripts/book_outputs.py);
+#   3. the recorded GPU test run under the CPU emulator (RECORD=1 scripts/test-cuda-cpu.sh)
+#      and the planted kernel bugs (RECORD=1 scripts/kernel-mutants.py).
+#
+# `scripts/check-book-prose.py` (in scripts/test.sh, so in CI) fails when the stamps differ,
+# carry uncommitted changes, or are older than the last change to the code they measure
+# (src/, the kernels, the emulator, Cargo.*, the figure scripts): after changing any of
+# those, commit, run this on a quiet machine (stop other builds: the timings show them),
+# and commit what it wrote. About 45 minutes on a 2-core machine. SKIP_EMULATOR=1 leaves
+# step 3 out (its records then keep their older commit, and the check says so).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if ! git diff --quiet HEAD -- src kernels tools Cargo.toml Cargo.lock scripts; then
+    echo "error: src/, kernels/, tools/, Cargo.* or scripts/ have uncommitted changes: commit them first, so that the stamps name the code that ran" >&2
+    exit 1
+fi
+start=$SECONDS
+cargo build --release
+bash scripts/figures.sh
+python3 scripts/book_outputs.py
+if [[ ${SKIP_EMULATOR:-0} != 1 ]]; then
+    RECORD=1 bash scripts/test-cuda-cpu.sh
+    RECORD=1 python3 scripts/kernel-mutants.py
+fi
+python3 scripts/check-book-prose.py
+echo "regenerate-book: done in $((SECONDS - start)) s; commit book/ and README.md"
