@@ -75,13 +75,16 @@ def anchors_in(path):
 
 def heading_ids(path):
     """The ids mdBook gives a page's headings (its normalize_id: keep alphanumerics,
-    '_' and '-', lowercased; whitespace becomes '-'; repeats get -1, -2 ...)."""
+    '_' and '-', lowercased; whitespace becomes '-'; repeats get -1, -2 ...), and the
+    page's explicit `<a id>` anchors."""
     ids, seen, in_fence = set(), {}, False
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.lstrip().startswith("```"):
                 in_fence = not in_fence
                 continue
+            if not in_fence:  # explicit anchors: <a id="term"></a> (the glossary's)
+                ids.update(re.findall(r'<a id="([^"]+)"></a>', line))
             m = None if in_fence else re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
             if not m:
                 continue

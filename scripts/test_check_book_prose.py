@@ -156,6 +156,21 @@ class Refs(unittest.TestCase):
         self.assertEqual(json.loads(run.stdout)["items"][0]["Chapter"]["content"], "34 GB/s")
 
 
+class Template(unittest.TestCase):
+    GOOD = "# A chapter\n\n*The seed article, §1.1.*\n\n> **The question:** Why?\n\n## Read next\n\n## Exercise\n"
+
+    def test_a_whole_chapter_passes(self):
+        self.assertEqual(lint.check_template_in(PAGE, self.GOOD), [])
+
+    def test_a_chapter_without_its_question_fails(self):
+        problems = lint.check_template_in(PAGE, self.GOOD.replace("> **The question:** Why?", "Some text."))
+        self.assertIn("does not open with the question", problems[0])
+
+    def test_a_chapter_without_an_exercise_fails(self):
+        problems = lint.check_template_in(PAGE, self.GOOD.replace("## Exercise", "## Try it"))
+        self.assertIn("no `## Exercise` section", problems[0])
+
+
 class Stamps(unittest.TestCase):
     ONE = {"abc1234": ["book/src/a.md:3", "book/src/figures/f.md:1"]}
 

@@ -114,6 +114,9 @@ pub enum Backend<'a> {
     CpuBf16Panels(Box<Model<[bf16; PANEL]>>),
     /// int8 weights (Q8_0 blocks): the loaded model quantized once (`Model::to_int8`).
     CpuInt8(Box<Model<Q8Block>>),
+    /// The reference core (`src/textbook.rs`): one thread, f32 rows, nothing optimised;
+    /// the engine's bits, slower (`--impl textbook`).
+    Textbook(&'a Model),
     #[cfg(feature = "cuda")]
     Cuda(crate::cuda::GpuModel),
 }
@@ -180,6 +183,14 @@ impl<'a> Backend<'a> {
                 cpu_decoder(model, path, layout, prompt_len, max_new_tokens)
             }
             Backend::CpuInt8(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
+            Backend::Textbook(model) => {
+                if layout != CacheLayout::default() {
+                    return Err(crate::error::Error::InvalidArgument(
+                        "--impl textbook keeps its own plain cache (one growing list of rows per layer): drop --cache, --block-size and --kv".into(),
+                    ));
+                }
+                Ok(crate::textbook::decoder(model, path))
+            }
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => {
                 if layout.policy != KvPolicy::Full {
@@ -209,7 +220,8 @@ impl<'a> Backend<'a> {
             | Backend::CpuPanels(_)
             | Backend::CpuBf16(_)
             | Backend::CpuBf16Panels(_)
-            | Backend::CpuInt8(_) => Device::Cpu,
+            | Backend::CpuInt8(_)
+            | Backend::Textbook(_) => Device::Cpu,
             #[cfg(feature = "cuda")]
             Backend::Cuda(_) => Device::Cuda,
         }
@@ -223,6 +235,9 @@ impl<'a> Backend<'a> {
             Backend::CpuBf16(_) => cpu_describe("bf16"),
             Backend::CpuBf16Panels(_) => cpu_describe("bf16 in panels"),
             Backend::CpuInt8(_) => cpu_describe("int8"),
+            Backend::Textbook(_) => {
+                "cpu (1 thread, f32, the textbook core: src/textbook.rs)".into()
+            }
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => gpu.describe(),
         }

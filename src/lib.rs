@@ -1,7 +1,8 @@
 //! kvlab: a Llama-family transformer, twice — a naive path that recomputes the whole
 //! sequence for every token, and a KV-cached path — proven to give identical outputs.
 //!
-//! Reading order: [`ops`] (the kernels) → [`attention`] → [`cache`] (where K and V
+//! Reading order: [`textbook`] first (the whole of inference in one file, nothing
+//! optimised: the engine's bits), then the engine: [`ops`] (the kernels) → [`attention`] → [`cache`] (where K and V
 //! live: [`cache::PreallocatedCache`] first, then growable, paged, prefix-shared) →
 //! [`model`] (the forward pass) → [`generate`] (the loop and its timings) →
 //! [`backend`] (which decoder runs where) → [`chat`] → [`batch`] (one pass over many
@@ -38,6 +39,7 @@ pub mod sampler;
 pub mod server;
 pub mod simd;
 pub mod speculative;
+pub mod textbook;
 pub mod tokenizer;
 pub mod weights;
 

@@ -31,6 +31,8 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub device: DeviceArgs,
     #[command(flatten)]
+    pub implementation: ImplArgs,
+    #[command(flatten)]
     pub spec: SpecArgs,
     #[command(flatten)]
     pub out: JsonArgs,
@@ -49,11 +51,60 @@ pub struct CompareArgs {
     #[command(flatten)]
     pub device: DeviceArgs,
     #[command(flatten)]
+    pub implementation: ImplArgs,
+    #[command(flatten)]
     pub spec: SpecArgs,
     #[command(flatten)]
     pub rounds: TtftRoundsArg,
     #[command(flatten)]
     pub out: JsonArgs,
+}
+
+/// Which implementation of the forward pass runs.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImplArg {
+    /// The engine: threads, SIMD kernels, weight panels, every cache layout.
+    Engine,
+    /// The reference core, src/textbook.rs: one thread, f32, nothing optimised; the
+    /// engine's bits (tests/textbook.rs), slower.
+    Textbook,
+}
+
+#[derive(Args)]
+pub struct ImplArgs {
+    /// Which implementation of the forward pass runs (book: forward-pass.md).
+    #[arg(long = "impl", value_enum, default_value_t = ImplArg::Engine)]
+    pub implementation: ImplArg,
+}
+
+impl ImplArgs {
+    /// Refuses `--impl textbook` for a feature only the engine has.
+    pub fn engine_only(&self, feature: &str) -> Result<()> {
+        match self.implementation {
+            ImplArg::Engine => Ok(()),
+            ImplArg::Textbook => Err(kvlab::Error::InvalidArgument(format!(
+                "{feature} runs on the engine only: drop --impl textbook"
+            ))),
+        }
+    }
+
+    /// The backend `--impl` asks for: the textbook core only runs f32 weights on the CPU.
+    pub fn backend<'a>(&self, device: &DeviceArgs, model: &'a Model) -> Result<Backend<'a>> {
+        match self.implementation {
+            ImplArg::Engine => device.backend(model),
+            ImplArg::Textbook => {
+                if device.device != crate::args::DeviceArg::Cpu
+                    || device.weights.dtype.is_some()
+                    || device.weights.layout.is_some()
+                {
+                    return Err(kvlab::Error::InvalidArgument(
+                        "--impl textbook runs the f32 weights as loaded, on the CPU: drop --device, --dtype and --layout".into(),
+                    ));
+                }
+                Ok(Backend::Textbook(model))
+            }
+        }
+    }
 }
 
 #[derive(Args)]
@@ -139,6 +190,7 @@ pub(crate) fn visible_text(tokenizer: &Tokenizer, ids: &[u32], eos_ids: &[u32]) 
 
 pub fn generate(args: GenerateArgs) -> Result<()> {
     if args.spec.speculative.is_some() {
+        args.implementation.engine_only("--speculative")?;
         return super::speculative::generate(args);
     }
     let loaded = args.model.load(args.sampling.seed, true)?;
@@ -151,7 +203,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         args.path.into(),
     );
     check_request(model, &prompt_ids, opts.max_new_tokens)?;
-    let backend = args.device.backend(model)?;
+    let backend = args.implementation.backend(&args.device, model)?;
     let layout = args.cache.layout()?;
     // Timed: building the decoder reserves (and zero-fills) the whole KV cache before the
     // prompt is read, and the request waits for it (`alloc_ms`, book: cache-layouts.md).
@@ -179,6 +231,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
 
 pub fn compare(args: CompareArgs) -> Result<()> {
     if args.spec.speculative.is_some() {
+        args.implementation.engine_only("--speculative")?;
         return super::speculative::compare(args);
     }
     let loaded = args.model.load(args.sampling.seed, true)?;
@@ -192,7 +245,7 @@ pub fn compare(args: CompareArgs) -> Result<()> {
         model,
         PathKind::Cached,
     );
-    let backend = args.device.backend(model)?;
+    let backend = args.implementation.backend(&args.device, model)?;
     let request = CompareRequest {
         prompt_ids: &prompt_ids,
         opts: &opts,

@@ -1,0 +1,337 @@
+//! The reference core: the whole of inference in one file, single-threaded, in the order
+//! the formulas read (after llama2.c's `run.c` and Raschka's KV-cache bonus; book:
+//! forward-pass.md).
+//!
+//! ```text
+//! tokens ─ embed ─┬─ [ RMSNorm ─ Q,K,V ─ RoPE ─ attention ─ O ] ─(+)─┬─ [ RMSNorm ─ SwiGLU MLP ] ─(+)─ ... ─ RMSNorm ─ LM head ─ logits
+//!                 └──────────────── residual ──────────────────────┘└────────── residual ─────────┘
+//! ```
+//!
+//! Nothing here is optimised: no threads, no SIMD intrinsics, no weight panels, no
+//! paging. [`forward`] is one function for both paths, and the paths differ in one `match`:
+//! the **naive** path ([`naive_logits`]) runs the whole sequence and attends over the K
+//! and V this very pass computed; the **cached** path ([`TextbookCache`]) runs only the
+//! new tokens, appends their K and V to a cache, and attends over all of it.
+//!
+//! **Bitwise equal to the fast engine** (`tests/textbook.rs`, on random models and on
+//! SmolLM2): the engine in `src/model.rs` is this arithmetic, parallelised and
+//! vectorised, and every output element of both is computed by the same chain of
+//! operations (book: naive-vs-cached.md, "row independence"):
+//! - a matmul output is `acc = fma(x[k], w[k][j], acc)` for `k = 0, 1, 2, ...` from 0.0;
+//! - a score `q·k` sums in 16 lanes folded by halves ([`score`]: the one place where this
+//!   file writes the order the engine's vector registers need, not the order of the
+//!   formula; a plain left-to-right sum would differ in the last bits);
+//! - the softmax and the weighted sum of values run in order of position.
+//!
+//! RMSNorm, RoPE and softmax are already textbook code in `src/ops.rs`, shared with the
+//! engine. Only f32 weights as loaded (`Model<f32>`, rows) are read here.
+
+use crate::attention::Heads;
+use crate::cache::KvBytes;
+use crate::error::{Error, Result};
+use crate::generate::{Decoder, PathKind};
+use crate::model::Model;
+use crate::ops::{apply_rope, rmsnorm, rope_cos_sin, softmax};
+
+// ANCHOR: textbook_cache
+/// The KV cache, as simple as it gets: for every layer, the keys and the values of every
+/// position so far, one row after another. `k_cache[l]` is `[len, n_kv_heads * head_dim]`.
+#[derive(Debug, Clone, Default)]
+pub struct TextbookCache {
+    pub k_cache: Vec<Vec<f32>>,
+    pub v_cache: Vec<Vec<f32>>,
+    /// Positions held.
+    pub len: usize,
+}
+
+impl TextbookCache {
+    /// Runs `new_tokens` (at positions `len..len + n`) through `model`, appending their K
+    /// and V, and returns the logits of the last one, `[vocab]`: the prefill when the
+    /// cache is empty, one decode step when `new_tokens` is one token.
+    pub fn logits(&mut self, model: &Model, new_tokens: &[u32]) -> Result<Vec<f32>> {
+        forward(model, new_tokens, Some(self))
+    }
+}
+
+/// The naive path (`use_cache=False`): the whole sequence, every time. Step `t` costs a
+/// prefill of `t` tokens; nothing is kept between calls.
+pub fn naive_logits(model: &Model, seq: &[u32]) -> Result<Vec<f32>> {
+    forward(model, seq, None)
+}
+// ANCHOR_END: textbook_cache
+
+// ANCHOR: textbook_forward
+/// `tokens` through every layer; returns the logits of the last token, `[vocab]`.
+/// Without a cache the tokens are the whole sequence, from position 0; with one they
+/// follow the positions it holds.
+pub fn forward(
+    model: &Model,
+    tokens: &[u32],
+    mut cache: Option<&mut TextbookCache>,
+) -> Result<Vec<f32>> {
+    let c = &model.config;
+    let (dim, hidden) = (c.hidden_size, c.intermediate_size);
+    let heads = Heads::of(c);
+    let (q_dim, kv_dim) = (
+        heads.n_heads * heads.head_dim,
+        heads.n_kv_heads * heads.head_dim,
+    );
+    let eps = c.rms_norm_eps as f32;
+    let start_pos = cache.as_ref().map_or(0, |cache| cache.len);
+    check(model, tokens, start_pos)?;
+    let n = tokens.len();
+    if let Some(cache) = cache.as_deref_mut() {
+        cache.k_cache.resize(model.layers.len(), Vec::new());
+        cache.v_cache.resize(model.layers.len(), Vec::new());
+    }
+
+    // Token embedding: row `token` of the table.                       x: [n, dim]
+    let mut x: Vec<f32> = tokens
+        .iter()
+        .flat_map(|&t| model.embed.row(t as usize).to_vec())
+        .collect();
+    let mut xb = vec![0.0f32; n * dim]; // a sub-block's normalised input, [n, dim]
+
+    for (l, layer) in model.layers.iter().enumerate() {
+        // ---- attention block ----
+        rmsnorm(&x, slice(&layer.attn_norm), eps, &mut xb);
+        let mut q = matmul(&xb, slice(&layer.wq), dim, q_dim); // [n, n_heads * head_dim]
+        let mut k = matmul(&xb, slice(&layer.wk), dim, kv_dim); // [n, n_kv_heads * head_dim]
+        let mut v = matmul(&xb, slice(&layer.wv), dim, kv_dim); // [n, n_kv_heads * head_dim]
+        for (bias, t) in [
+            (&layer.bq, &mut q),
+            (&layer.bk, &mut k),
+            (&layer.bv, &mut v),
+        ] {
+            if let Some(bias) = bias {
+                for row in t.chunks_exact_mut(bias.len()) {
+                    row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+                }
+            }
+        }
+        // RoPE: each row turns by its own position (Su et al. 2021).
+        for i in 0..n {
+            let (cos, sin) = rope_cos_sin(start_pos + i, heads.head_dim, c.rope_theta);
+            apply_rope(&mut q[i * q_dim..][..q_dim], heads.head_dim, &cos, &sin);
+            apply_rope(&mut k[i * kv_dim..][..kv_dim], heads.head_dim, &cos, &sin);
+        }
+        // The one difference between the paths: where the keys and values come from.
+        let (keys, values): (&[f32], &[f32]) = match cache.as_deref_mut() {
+            // Naive: this pass computed every position's K and V.
+            None => (&k, &v),
+            // Cached: append this pass's K and V, then read every position's back.
+            Some(cache) => {
+                cache.k_cache[l].extend_from_slice(&k);
+                cache.v_cache[l].extend_from_slice(&v);
+                (&cache.k_cache[l], &cache.v_cache[l])
+            }
+        };
+        let attn = attention(&q, keys, values, start_pos, heads); // [n, n_heads * head_dim]
+        let out = matmul(&attn, slice(&layer.wo), q_dim, dim);
+        x.iter_mut().zip(&out).for_each(|(x, o)| *x += o); // residual
+
+        // ---- MLP block: SwiGLU (Shazeer 2020) ----
+        rmsnorm(&x, slice(&layer.mlp_norm), eps, &mut xb);
+        let mut gate = matmul(&xb, slice(&layer.w_gate), dim, hidden); // [n, hidden]
+        let up = matmul(&xb, slice(&layer.w_up), dim, hidden); // [n, hidden]
+        for (g, &u) in gate.iter_mut().zip(&up) {
+            let silu = *g / (1.0 + (-*g).exp()); // silu(g) = g·σ(g)
+            *g = silu * u;
+        }
+        let out = matmul(&gate, slice(&layer.w_down), hidden, dim);
+        x.iter_mut().zip(&out).for_each(|(x, o)| *x += o); // residual
+    }
+    if let Some(cache) = cache {
+        cache.len += n;
+    }
+
+    // Final RMSNorm and the LM head, for the last token only.
+    let last = &x[(n - 1) * dim..];
+    let mut normed = vec![0.0f32; dim];
+    rmsnorm(last, slice(&model.final_norm), eps, &mut normed);
+    Ok(matmul(&normed, slice(&model.lm_head), dim, c.vocab_size))
+}
+// ANCHOR_END: textbook_forward
+
+// ANCHOR: textbook_attention
+/// Causal self-attention (Vaswani et al. 2017): `out = softmax(q·Kᵀ / √head_dim + mask) · V`.
+/// `q`: `[n, n_heads * head_dim]` at positions `start_pos..start_pos + n`; `keys`,
+/// `values`: `[start_pos + n, n_kv_heads * head_dim]`. Query head `h` reads KV head
+/// `h / kv_mul` (GQA; MHA is `kv_mul = 1`, MQA is one KV head).
+pub fn attention(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    start_pos: usize,
+    heads: Heads,
+) -> Vec<f32> {
+    let Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = heads;
+    let kv_mul = n_heads / n_kv_heads;
+    let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
+    let n = q.len() / q_dim;
+    let len = start_pos + n; // keys 0..len
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let mut out = vec![0.0f32; n * q_dim];
+    for i in 0..n {
+        let pos = start_pos + i;
+        for h in 0..n_heads {
+            let q_head = &q[i * q_dim + h * head_dim..][..head_dim];
+            let kv_head = h / kv_mul;
+            // 1. Scores: the query against every key, scaled.
+            let mut scores: Vec<f32> = (0..len)
+                .map(|j| {
+                    score(q_head, &keys[j * kv_dim + kv_head * head_dim..][..head_dim]) * scale
+                })
+                .collect();
+            // 2. The causal mask: position `pos` must not see the positions after it.
+            //    exp(-inf) = 0, so they get no weight; adding those zeros changes no bit.
+            for s in &mut scores[pos + 1..] {
+                *s = f32::NEG_INFINITY;
+            }
+            // 3. Softmax: the scores become weights that sum to 1.
+            softmax(&mut scores);
+            // 4. The weighted sum of the values, in order of position.
+            let out_head = &mut out[i * q_dim + h * head_dim..][..head_dim];
+            for (j, &p) in scores.iter().enumerate() {
+                let value = &values[j * kv_dim + kv_head * head_dim..][..head_dim];
+                for (o, &v) in out_head.iter_mut().zip(value) {
+                    *o = p.mul_add(v, *o);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `q · k` in 16 lanes: lane `l` sums `d = l, l + 16, ...` (fused multiply-adds from
+/// 0.0), then the lanes are folded by halves (`l + 8` onto `l`, then `+ 4`, `+ 2`,
+/// `+ 1`). Mathematically `Σ_d q[d]·k[d]`; this order is the engine's (two AVX2 or one
+/// AVX-512 multiply-add per step), so that the bits agree.
+pub fn score(q: &[f32], k: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    for (d, (&q, &k)) in q.iter().zip(k).enumerate() {
+        lanes[d % 16] = q.mul_add(k, lanes[d % 16]);
+    }
+    for width in [8, 4, 2, 1] {
+        for l in 0..width {
+            lanes[l] += lanes[l + width];
+        }
+    }
+    lanes[0]
+}
+// ANCHOR_END: textbook_attention
+
+// ANCHOR: textbook_matmul
+/// `x · w`: `x` is `[n, d_in]`, `w` is `[d_in, d_out]`, the result `[n, d_out]`. Every
+/// output is `Σ_k x[i][k] · w[k][j]`, accumulated in order of `k` with fused
+/// multiply-adds. The loop runs `k` outermost so that one row of `w` is read once for
+/// all `n` rows (the same sums, in the same order, as the other loop orders).
+pub fn matmul(x: &[f32], w: &[f32], d_in: usize, d_out: usize) -> Vec<f32> {
+    let n = x.len() / d_in;
+    let mut out = vec![0.0f32; n * d_out];
+    for k in 0..d_in {
+        let w_row = &w[k * d_out..][..d_out];
+        for i in 0..n {
+            let x_ik = x[i * d_in + k];
+            for (o, &w_kj) in out[i * d_out..][..d_out].iter_mut().zip(w_row) {
+                *o = x_ik.mul_add(w_kj, *o);
+            }
+        }
+    }
+    out
+}
+// ANCHOR_END: textbook_matmul
+
+/// The input checks the engine makes: a non-empty pass, ids in the vocabulary, positions
+/// in the context.
+fn check(model: &Model, tokens: &[u32], start_pos: usize) -> Result<()> {
+    let c = &model.config;
+    if tokens.is_empty() {
+        return Err(Error::EmptyPrompt);
+    }
+    if let Some(&id) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+        return Err(Error::TokenOutOfRange {
+            id,
+            vocab_size: c.vocab_size,
+        });
+    }
+    let end = start_pos.saturating_add(tokens.len());
+    if end > c.max_position_embeddings {
+        return Err(Error::PromptTooLong {
+            prompt_len: end,
+            max_seq_len: c.max_position_embeddings,
+        });
+    }
+    Ok(())
+}
+
+/// The textbook's two paths behind the generation loop's [`Decoder`] (so `kvlab generate`
+/// and `kvlab compare` run them with `--impl textbook`).
+pub fn decoder<'a>(model: &'a Model, path: PathKind) -> Box<dyn Decoder + 'a> {
+    match path {
+        PathKind::Naive => Box::new(NaiveDecoder {
+            model,
+            seq: Vec::new(),
+        }),
+        PathKind::Cached => Box::new(CachedDecoder {
+            model,
+            cache: TextbookCache::default(),
+        }),
+    }
+}
+
+struct NaiveDecoder<'a> {
+    model: &'a Model,
+    seq: Vec<u32>,
+}
+
+impl Decoder for NaiveDecoder<'_> {
+    fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
+        self.seq = prompt.to_vec();
+        naive_logits(self.model, &self.seq)
+    }
+    fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        self.seq.push(token);
+        naive_logits(self.model, &self.seq)
+    }
+    fn kv_bytes(&self) -> KvBytes {
+        KvBytes::default()
+    }
+}
+
+struct CachedDecoder<'a> {
+    model: &'a Model,
+    cache: TextbookCache,
+}
+
+impl Decoder for CachedDecoder<'_> {
+    fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
+        self.cache = TextbookCache::default();
+        self.cache.logits(self.model, prompt)
+    }
+    fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        self.cache.logits(self.model, &[token])
+    }
+    fn kv_bytes(&self) -> KvBytes {
+        let floats = |rows: &[Vec<f32>]| {
+            rows.iter()
+                .map(|r| (r.len(), r.capacity()))
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+        };
+        let (k_used, k_reserved) = floats(&self.cache.k_cache);
+        let (v_used, v_reserved) = floats(&self.cache.v_cache);
+        let f32_bytes = std::mem::size_of::<f32>();
+        KvBytes {
+            reserved: (k_reserved + v_reserved) * f32_bytes,
+            used: (k_used + v_used) * f32_bytes,
+        }
+    }
+}
+
+fn slice<D: ndarray::Dimension>(a: &ndarray::Array<f32, D>) -> &[f32] {
+    a.as_slice().expect("arrays in kvlab are contiguous")
+}
