@@ -148,6 +148,12 @@ measure attention.json -- attention-map --model "$MODEL" --prompt "$ATTENTION_PR
 # The seed's 7B figures and SmolLM2's: cheap, for the book to cite.
 measure kv_size_7b.json -- kv-size --layers 32 --kv-heads 32 --head-dim 128 --seq-len 2048 --json
 measure kv_size_smollm2.json -- kv-size --layers 30 --kv-heads 3 --head-dim 64 --seq-len 2048 --json
+# §3.1: the cache against the weights, for three shapes (one JSON line each): SmolLM2 from
+# its config, and two shapes from their model cards (Llama-2-7B, MHA; Llama-3-8B, GQA).
+selected kv_vs_weights && rm -f "$DATA/kv_vs_weights.jsonl" "$DATA/kv_vs_weights.cmd"
+APPEND=1 measure kv_vs_weights.jsonl -- kv-size --model "$MODEL" --name "SmolLM2-135M (GQA 9/3)" --seq-len 32768 --json
+APPEND=1 measure kv_vs_weights.jsonl -- kv-size --layers 32 --kv-heads 32 --head-dim 128 --params 6738415616 --name "Llama-2-7B (MHA)" --seq-len 32768 --json
+APPEND=1 measure kv_vs_weights.jsonl -- kv-size --layers 32 --kv-heads 8 --head-dim 128 --params 8030261248 --name "Llama-3-8B (GQA 32/8)" --seq-len 32768 --json
 # Speculative decoding: every drafter at every draft length, on an input-grounded prompt
 # (the answer copies the input) and on an open-ended one.
 measure spec_sweep_fix_typos.json -- spec-sweep --model "$MODEL" --prompt-file prompts/fix-typos.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json

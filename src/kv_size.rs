@@ -67,13 +67,58 @@ impl KvShape {
 /// What `kvlab kv-size` reports: the shape, the length, and the bytes they need.
 #[derive(Debug, Clone, Serialize)]
 pub struct KvSizeReport {
+    /// What the shape is of (`--name`, or the model folder), for tables and figures.
+    pub name: Option<String>,
     pub shape: KvShape,
     pub seq_len: usize,
     pub batch: usize,
     pub bytes_per_token: usize,
     pub bytes: usize,
     pub gib: f64,
+    /// The weights next to the cache, when the parameter count is known.
+    pub weights: Option<CacheVsWeights>,
 }
+
+// ANCHOR: cache_vs_weights
+/// The cache against the weights (§3.1: "at 32K tokens the cache is larger than the
+/// model"). The weights are counted at the cache's bytes per value (bf16 for both, as
+/// GPU engines serve them), so the crossover does not depend on the dtype.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CacheVsWeights {
+    pub params: u64,
+    pub weight_bytes: u64,
+    /// The shortest context at which the caches of `batch` sequences hold more bytes than
+    /// the weights: `ceil(weight_bytes / (bytes_per_token × batch))`, `+ 1` when it divides.
+    pub crossover_tokens: u64,
+}
+
+impl KvSizeReport {
+    /// Adds the weights of a model of `params` parameters (checked: a parameter count
+    /// comes from a user).
+    pub fn with_weights(mut self, params: u64) -> Result<KvSizeReport> {
+        let overflow = || {
+            Error::InvalidArgument(format!(
+                "--params {params} x {} bytes overflows a 64-bit byte count: give the real parameter count",
+                self.shape.dtype.bytes()
+            ))
+        };
+        let weight_bytes = params
+            .checked_mul(self.shape.dtype.bytes() as u64)
+            .ok_or_else(overflow)?;
+        let per_token = (self.bytes_per_token as u64)
+            .checked_mul(self.batch as u64)
+            .ok_or_else(overflow)?;
+        // "More than the weights": the first context past weight_bytes / per_token.
+        let crossover_tokens = weight_bytes / per_token + 1;
+        self.weights = Some(CacheVsWeights {
+            params,
+            weight_bytes,
+            crossover_tokens,
+        });
+        Ok(self)
+    }
+}
+// ANCHOR_END: cache_vs_weights
 
 impl KvShape {
     /// The cache of `batch` sequences of `seq_len` tokens each, in this shape. The sizes
@@ -102,12 +147,14 @@ impl KvShape {
             .and_then(|b| b.checked_mul(batch))
             .ok_or_else(overflow)?;
         Ok(KvSizeReport {
+            name: None,
             shape: *self,
             seq_len,
             batch,
             bytes_per_token,
             bytes,
             gib: bytes as f64 / (1u64 << 30) as f64,
+            weights: None,
         })
     }
 }

@@ -23,6 +23,48 @@ fn seed_7b_figures() {
 }
 
 #[test]
+fn the_7b_cache_outgrows_its_weights_near_32k() {
+    // §3.1: "at 32K the cache is larger than the 14 GB of weights". Llama-2-7B has
+    // 6,738,415,616 parameters: 13.48 GB in bf16.
+    let report = LLAMA_7B
+        .report(32768, 1)
+        .unwrap()
+        .with_weights(6_738_415_616)
+        .unwrap();
+    let w = report.weights.unwrap();
+    assert_eq!(w.weight_bytes, 13_476_831_232);
+    assert_eq!(w.crossover_tokens, 25_706);
+    // The first context past the weights: one token less is not.
+    let cache = |tokens: u64| tokens * LLAMA_7B.bytes_per_token() as u64;
+    assert!(cache(w.crossover_tokens) > w.weight_bytes);
+    assert!(cache(w.crossover_tokens - 1) <= w.weight_bytes);
+    assert!(
+        report.bytes as u64 > w.weight_bytes,
+        "at 32K the cache is the larger"
+    );
+    // Eight requests: eight caches, one set of weights.
+    let eight = LLAMA_7B
+        .report(2048, 8)
+        .unwrap()
+        .with_weights(6_738_415_616)
+        .unwrap();
+    assert_eq!(
+        eight.weights.unwrap().crossover_tokens,
+        13_476_831_232 / (8 * 524_288) + 1
+    );
+    // A parameter count from a user is checked.
+    let err = LLAMA_7B
+        .report(1, 1)
+        .unwrap()
+        .with_weights(u64::MAX)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("overflows a 64-bit byte count"),
+        "{err}"
+    );
+}
+
+#[test]
 fn smollm2_per_token_cost() {
     let c = Config::smollm2_135m();
     let shape = KvShape {

@@ -22,6 +22,7 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
         "step_vs_context",
         "roofline",
         "capacity",
+        "kv_vs_weights",
         "attention_map",
         "attention_sink",
         "spec_sweep_story",

@@ -29,6 +29,13 @@ pub struct KvSizeArgs {
     /// Concurrent sequences.
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
+    /// The model's parameter count, to set the cache against the weights (read from
+    /// config.json with --model).
+    #[arg(long)]
+    pub params: Option<u64>,
+    /// What the shape is of, for the report (default: the --model folder's name).
+    #[arg(long)]
+    pub name: Option<String>,
     #[command(flatten)]
     pub out: JsonArgs,
 }
@@ -52,8 +59,13 @@ pub enum ImportDtype {
 
 pub fn kv_size(args: KvSizeArgs) -> Result<()> {
     let dtype = args.dtype.into();
+    let mut params = args.params;
+    let mut name = args.name.clone();
     let shape = if let Some(dir) = &args.model {
-        KvShape::of(&Config::from_file(&dir.join("config.json"))?, dtype)
+        let config = Config::from_file(&dir.join("config.json"))?;
+        params = params.or(Some(kvlab::config::min_params(&config)?));
+        name = name.or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()));
+        KvShape::of(&config, dtype)
     } else {
         let missing = |name: &str| {
             Error::InvalidArgument(format!(
@@ -76,7 +88,12 @@ pub fn kv_size(args: KvSizeArgs) -> Result<()> {
     at_least("--seq-len", args.seq_len, 1)?;
     at_least("--batch", args.batch, 1)?;
     // Checked: 2^62 tokens is an overflow error, not "0 bytes".
-    let report = shape.report(args.seq_len, args.batch)?;
+    let mut report = shape.report(args.seq_len, args.batch)?;
+    report.name = name;
+    if let Some(params) = params {
+        at_least("--params", params as usize, 1)?;
+        report = report.with_weights(params)?;
+    }
     if args.out.json {
         return print::json(&report);
     }

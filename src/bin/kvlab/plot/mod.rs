@@ -84,6 +84,11 @@ const FIGURES: &[Figure] = &[
         draw: memory::cache_layouts,
     },
     Figure {
+        name: "kv_vs_weights",
+        inputs: &["kv_vs_weights.jsonl"],
+        draw: memory::kv_vs_weights,
+    },
+    Figure {
         name: "capacity",
         inputs: &["capacity.jsonl"],
         draw: memory::capacity,

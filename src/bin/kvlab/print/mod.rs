@@ -145,6 +145,17 @@ pub fn kv_size(r: &KvSizeReport) {
         r.bytes as f64 / 1e9,
         human_bytes(r.bytes)
     );
+    if let Some(w) = &r.weights {
+        outln!(
+            "weights: {} params x {} bytes = {} ({:.2} GB): the cache{} holds more from {} tokens on",
+            w.params,
+            r.shape.dtype.bytes(),
+            human_bytes(w.weight_bytes as usize),
+            w.weight_bytes as f64 / 1e9,
+            if r.batch > 1 { "s of all sequences" } else { "" },
+            w.crossover_tokens
+        );
+    }
 }
 
 /// `kvlab bench` on the CPU.
