@@ -23,6 +23,7 @@ MODEL=${MODEL:-models/smollm2-135m-instruct}
 PREFILL=${PREFILL:-16,32,64,128,256,512}
 CONTEXTS=${CONTEXTS:-16,64,128,256,512}
 REPS=${REPS:-3}
+LONG_CONTEXTS=${LONG_CONTEXTS:-1,1024,2048,4096,6000,8000}
 COMPARE_PROMPT_LEN=${COMPARE_PROMPT_LEN:-32}
 COMPARE_NEW=${COMPARE_NEW:-96}
 TRACE_NEW=${TRACE_NEW:-256}
@@ -125,6 +126,9 @@ done
 # use_cache=True vs use_cache=False on one request. Random weights: the request runs to
 # max_new_tokens instead of stopping at an end-of-turn token.
 measure compare.json -- compare --random-weights --prompt-len "$COMPARE_PROMPT_LEN" --max-new-tokens "$COMPARE_NEW" --json
+# §3.2: a decode step at contexts up to 8000 (MHA, GQA, MQA shapes; synthetic caches),
+# and the generation each sums to (book: kv-size.md).
+measure long_context.json -- gqa --sweep "$LONG_CONTEXTS" --reps "$REPS" --json
 # The KV cache filling token by token.
 measure generate.json -- generate --model "$MODEL" --chat --prompt "Explain in a few sentences what a KV cache is." --max-new-tokens 64 --json
 # What reserving the cache for prompt + max_new_tokens costs before the first token (§3.3,

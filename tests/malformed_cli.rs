@@ -168,6 +168,8 @@ fn cases() -> Vec<Case> {
         bad("--prompt-file missing", |m| on("generate", m, &["--prompt-file", &s(m.join("nope.txt"))]), "nope.txt"),
         bad("kv-size --params 0", |_| plain(&["kv-size", "--layers", "2", "--kv-heads", "2", "--head-dim", "8", "--seq-len", "4", "--params", "0"]), "--params 0 is too small"),
         bad("kv-size --params u64::MAX", |_| plain(&["kv-size", "--layers", "2", "--kv-heads", "2", "--head-dim", "8", "--seq-len", "4", "--params", MAX]), "overflows a 64-bit byte count: give the real parameter count"),
+        bad("gqa --sweep with one context", |_| plain(&["gqa", "--sweep", "512"]), "give at least two contexts between 1 and 8191"),
+        bad("gqa --sweep past the context", |_| plain(&["gqa", "--sweep", "1,9000"]), "give at least two contexts between 1 and 8191"),
         // ---- compare, trace, demo ----
         bad("compare --max-new-tokens usize::MAX", |m| on("compare", m, &["--prompt", "hi", "--max-new-tokens", MAX]), over_context),
         bad("compare --prompt-len usize::MAX", |m| on("compare", m, &["--prompt-len", MAX]), "--prompt-len 18446744073709551615 is out of range"),

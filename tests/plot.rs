@@ -23,6 +23,8 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
         "roofline",
         "capacity",
         "kv_vs_weights",
+        "long_context_step",
+        "long_context_total",
         "attention_map",
         "attention_sink",
         "spec_sweep_story",

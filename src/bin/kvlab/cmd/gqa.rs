@@ -5,6 +5,7 @@ use crate::print;
 use clap::Args;
 use kvlab::error::Result;
 use kvlab::lab::gqa::{self, GqaReport};
+use kvlab::lab::long_context::{self, LongContextReport};
 
 #[derive(Args)]
 pub struct GqaArgs {
@@ -14,11 +15,23 @@ pub struct GqaArgs {
     /// Timed decode steps per variant (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
+    /// Instead: the decode step at each of these contexts (e.g. 1,1024,2048,4096,8000),
+    /// and the time a generation to each takes, the sum of its steps (§3.2, kv-size.md).
+    #[arg(long, value_delimiter = ',', conflicts_with = "context")]
+    pub sweep: Option<Vec<usize>>,
     #[command(flatten)]
     pub out: JsonArgs,
 }
 
 pub fn gqa(args: GqaArgs) -> Result<()> {
+    if let Some(contexts) = &args.sweep {
+        let report = long_context::run(contexts, args.reps)?;
+        if args.out.json {
+            return print::json(&report);
+        }
+        print_sweep(&report);
+        return Ok(());
+    }
     let report = gqa::run(args.context, args.reps)?;
     if args.out.json {
         return print::json(&report);
@@ -68,4 +81,42 @@ fn print_report(r: &GqaReport) {
             mha.attention_ms / mqa.attention_ms
         );
     }
+}
+
+fn print_sweep(r: &LongContextReport) {
+    outln!(
+        "kvlab gqa --sweep — SmolLM2-135M shape (9 query heads), random weights, f32 cache, on {}, median of {} steps",
+        r.machine, r.reps
+    );
+    outln!();
+    outln!(
+        "{:>8} {:>8} {:>11} {:>9} {:>15} {:>15} {:>7}",
+        "variant",
+        "context",
+        "KV cache",
+        "step ms",
+        "generation s",
+        "if flat s",
+        "excess"
+    );
+    for v in &r.variants {
+        for p in &v.points {
+            outln!(
+                "{:>8} {:>8} {:>11} {:>9.1} {:>15.1} {:>15.1} {:>6.2}x",
+                v.variant,
+                p.context,
+                print::human_bytes(p.kv_bytes),
+                p.step_ms,
+                p.generation_ms / 1e3,
+                p.flat_generation_ms / 1e3,
+                if p.flat_generation_ms > 0.0 {
+                    p.generation_ms / p.flat_generation_ms
+                } else {
+                    1.0
+                }
+            );
+        }
+    }
+    outln!();
+    outln!("(generation: the sum of the steps from the first context to this one, the measured step time linear between contexts; if flat: every step at the first context's cost; excess: what attention's growth adds)");
 }

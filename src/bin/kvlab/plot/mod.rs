@@ -69,6 +69,16 @@ const FIGURES: &[Figure] = &[
         draw: timing::roofline,
     },
     Figure {
+        name: "long_context_step",
+        inputs: &["long_context.json"],
+        draw: timing::long_context_step,
+    },
+    Figure {
+        name: "long_context_total",
+        inputs: &["long_context.json"],
+        draw: timing::long_context_total,
+    },
+    Figure {
         name: "cumulative_time",
         inputs: &["compare.json"],
         draw: timing::cumulative_time,

@@ -1,8 +1,8 @@
 //! The timing figures: TTFT vs prompt length, one decode step vs context (`kvlab bench`),
 //! the roofline (`kvlab bench`: its points and both roofs), and cumulative generation
-//! time (`kvlab compare`).
+//! time (`kvlab compare`), and §3.2's long contexts (`kvlab gqa --sweep`).
 
-use super::chart::{self, Axis, Chart, DrawResult, Series, Style, BLUE, GREY, RED};
+use super::chart::{self, Axis, Chart, DrawResult, Series, Style, BLUE, GREEN, GREY, RED};
 use super::{array, field, num, Data};
 use plotters::prelude::SeriesLabelPosition;
 use serde_json::Value;
@@ -261,6 +261,114 @@ pub fn cumulative_time(data: &Data) -> DrawResult<(String, String)> {
         ny / cy,
         naive_ms.get(1).copied().unwrap_or(0.0),
         naive_ms.last().copied().unwrap_or(0.0),
+    );
+    Ok((svg, what))
+}
+
+/// The three variants of `kvlab gqa --sweep`, each with its colour.
+fn sweep_variants(data: &Data) -> DrawResult<Vec<(String, plotters::style::RGBColor, Vec<Value>)>> {
+    let report = data.json("long_context.json")?;
+    array(&report, "variants")?
+        .iter()
+        .zip([RED, BLUE, GREEN])
+        .map(|(v, color)| {
+            let name = field(v, "variant")?
+                .as_str()
+                .ok_or("a variant has no name")?;
+            Ok((name.to_string(), color, array(v, "points")?.clone()))
+        })
+        .collect()
+}
+
+/// §3.2: one cached decode step against the context, MHA, GQA and MQA.
+pub fn long_context_step(data: &Data) -> DrawResult<(String, String)> {
+    let variants = sweep_variants(data)?;
+    let mut series = Vec::new();
+    let mut growth = Vec::new();
+    for (name, color, points) in &variants {
+        let steps = pairs(points, "context", "step_ms")?;
+        let ((x0, y0), (x1, y1)) = first_last(&steps)?;
+        growth.push(format!(
+            "{name} {y0:.0} ms at {x0:.0} to {y1:.0} ms at {x1:.0} ({:.1}x)",
+            y1 / y0
+        ));
+        series.push(Series::new(name, *color, Style::LinePoints, steps).note(
+            x1,
+            y1,
+            format!(" {y1:.0} ms"),
+        ));
+    }
+    let chart = Chart {
+        title: "One cached decode step against the context".into(),
+        x: Axis::linear("positions in the KV cache"),
+        y: Axis::linear("ms per decode step"),
+        series,
+        legend: SeriesLabelPosition::UpperLeft,
+    };
+    let svg = chart::svg(chart::SIZE, |root| chart::draw(root, &chart))?;
+    let what = format!(
+        "The median time of one cached decode step on SmolLM2-135M's shape (random weights, f32 cache) with 9, 3 and 1 KV heads, over a cache of each context: the weights cost the same at every context, attention grows linearly with it. {}.",
+        growth.join("; ")
+    );
+    Ok((svg, what))
+}
+
+/// §3.2: the time to generate N tokens, the sum of the steps, against what it would be if
+/// every step cost the first one.
+pub fn long_context_total(data: &Data) -> DrawResult<(String, String)> {
+    let variants = sweep_variants(data)?;
+    let mut series = Vec::new();
+    let mut totals = Vec::new();
+    for (name, color, points) in &variants {
+        let seconds = |key: &str| -> DrawResult<Vec<(f64, f64)>> {
+            Ok(pairs(points, "context", key)?
+                .into_iter()
+                .map(|(x, y)| (x, y / 1e3))
+                .collect())
+        };
+        let (total, flat) = (seconds("generation_ms")?, seconds("flat_generation_ms")?);
+        let (_, (x1, y1)) = first_last(&total)?;
+        let (_, (_, f1)) = first_last(&flat)?;
+        let short = total.iter().find(|p| p.0 >= 1000.0).copied();
+        totals.push(match short {
+            Some((xs, ys)) if ys > 0.0 => format!(
+                "{name}: {y1:.0} s to {x1:.0} tokens, {:.1}x the flat {f1:.0} s; {:.0}x the {ys:.0} s of {xs:.0} tokens for {:.1}x the tokens",
+                y1 / f1,
+                y1 / ys,
+                x1 / xs
+            ),
+            _ => format!(
+                "{name}: {y1:.0} s to {x1:.0} tokens, {:.1}x the flat {f1:.0} s",
+                y1 / f1
+            ),
+        });
+        series.push(
+            Series::new(
+                &format!("{name}: the sum of the measured steps"),
+                *color,
+                Style::Line,
+                total,
+            )
+            .note(x1, y1, format!(" {y1:.0} s")),
+        );
+        series.push(Series::new(
+            &format!("{name}: if every step cost the first"),
+            *color,
+            Style::Dashed,
+            flat,
+        ));
+    }
+    let chart = Chart {
+        title: "Time to generate N tokens with a KV cache".into(),
+        x: Axis::linear("tokens generated"),
+        y: Axis::linear("seconds"),
+        series,
+        legend: SeriesLabelPosition::UpperLeft,
+    };
+    let svg = chart::svg(chart::SIZE, |root| chart::draw(root, &chart))?;
+    let what = format!(
+        "The time a generation of N tokens takes with a KV cache, the sum of its decode steps (solid: the measured step times of the previous figure, linear between the measured contexts), against the same generation if every step cost the first one (dashed): the cache's memory grows linearly, the work quadratically. {}.",
+        totals.join("; ")
     );
     Ok((svg, what))
 }
