@@ -14,7 +14,8 @@
 # carry uncommitted changes, or are older than the last change to the code they measure
 # (src/, the kernels, the emulator, Cargo.*, the figure scripts): after changing any of
 # those, commit, run this on a quiet machine (stop other builds: the timings show them),
-# and commit what it wrote. About 45 minutes on a 2-core machine. SKIP_EMULATOR=1 leaves
+# and commit what it wrote. About 50 minutes on a 2-core machine (26 for the figures, 15
+# for the blocks, 9 for the emulator's records). SKIP_EMULATOR=1 leaves
 # step 3 out (its records then keep their older commit, and the check says so).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
