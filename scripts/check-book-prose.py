@@ -303,15 +303,16 @@ def check_numbers():
 NOT_CHAPTERS = {"introduction.md", "glossary.md", "reading.md"}
 
 
-def check_template_in(path: Path, text: str):
+def check_template_in(path: Path, text: str, appendix: bool = False):
     """A chapter opens (within its first twelve lines) with the question it answers, and
-    has a `## Read next` and an `## Exercise` section."""
+    has a `## Read next` and an `## Exercise` section; an appendix (a SUMMARY entry whose
+    title starts with "Appendix") needs no exercise."""
     lines = text.split("\n")
     problems = []
     if not any(line.startswith("> **The question:**") for line in lines[:12]):
         problems.append(f"{rel(path)}: does not open with the question it answers "
                         f"(a `> **The question:** ...?` line under the title)")
-    for heading in ("## Read next", "## Exercise"):
+    for heading in ("## Read next",) if appendix else ("## Read next", "## Exercise"):
         if not any(line.strip() == heading or line.startswith(heading + " ") for line in lines):
             problems.append(f"{rel(path)}: has no `{heading}` section (every chapter ends with "
                             f"what to read and what to do next)")
@@ -321,10 +322,10 @@ def check_template_in(path: Path, text: str):
 def check_template():
     summary = (ROOT / "book" / "src" / "SUMMARY.md").read_text()
     problems = []
-    for name in re.findall(r"\]\(([^)]+\.md)\)", summary):
+    for title, name in re.findall(r"\[([^\]]*)\]\(([^)]+\.md)\)", summary):
         if name not in NOT_CHAPTERS:
             path = ROOT / "book" / "src" / name
-            problems += check_template_in(path, path.read_text())
+            problems += check_template_in(path, path.read_text(), title.startswith("Appendix"))
     return problems
 
 

@@ -166,6 +166,11 @@ class Template(unittest.TestCase):
         problems = lint.check_template_in(PAGE, self.GOOD.replace("> **The question:** Why?", "Some text."))
         self.assertIn("does not open with the question", problems[0])
 
+    def test_an_appendix_needs_no_exercise(self):
+        text = self.GOOD.replace("## Exercise", "## More")
+        self.assertEqual(lint.check_template_in(PAGE, text, appendix=True), [])
+        self.assertTrue(lint.check_template_in(PAGE, text.replace("## Read next", "## See"), appendix=True))
+
     def test_a_chapter_without_an_exercise_fails(self):
         problems = lint.check_template_in(PAGE, self.GOOD.replace("## Exercise", "## Try it"))
         self.assertIn("no `## Exercise` section", problems[0])
