@@ -157,7 +157,8 @@ class Refs(unittest.TestCase):
 
 
 class Template(unittest.TestCase):
-    GOOD = "# A chapter\n\n*The seed article, §1.1.*\n\n> **The question:** Why?\n\n## Read next\n\n## Exercise\n"
+    GOOD = ("# A chapter\n\n*The seed article, §1.1.*\n\n> **The question:** Why?\n\n## Read next\n\n"
+            "## Exercise\n\n**Predict, then run.** Guess, then `kvlab demo`.\n")
 
     def test_a_whole_chapter_passes(self):
         self.assertEqual(lint.check_template_in(PAGE, self.GOOD), [])
@@ -165,6 +166,15 @@ class Template(unittest.TestCase):
     def test_a_chapter_without_its_question_fails(self):
         problems = lint.check_template_in(PAGE, self.GOOD.replace("> **The question:** Why?", "Some text."))
         self.assertIn("does not open with the question", problems[0])
+
+    def test_a_chapter_without_a_prediction_fails(self):
+        problems = lint.check_template_in(PAGE, self.GOOD.replace("**Predict, then run.**", "Try:"))
+        self.assertIn("no `**Predict, then run.**` paragraph", problems[0])
+
+    def test_an_appendix_needs_no_exercise(self):
+        text = self.GOOD.replace("## Exercise", "## More")
+        self.assertEqual(lint.check_template_in(PAGE, text, appendix=True), [])
+        self.assertTrue(lint.check_template_in(PAGE, text.replace("## Read next", "## See"), appendix=True))
 
     def test_a_chapter_without_an_exercise_fails(self):
         problems = lint.check_template_in(PAGE, self.GOOD.replace("## Exercise", "## Try it"))
