@@ -117,6 +117,9 @@ pub enum Backend<'a> {
     /// The reference core (`src/textbook.rs`): one thread, f32 rows, nothing optimised;
     /// the engine's bits, slower (`--impl textbook`).
     Textbook(&'a Model),
+    /// The reference core with the learner's exercise code for RMSNorm, RoPE and
+    /// attention (`src/learner.rs`, `--impl learner`).
+    Learner(&'a Model),
     #[cfg(feature = "cuda")]
     Cuda(crate::cuda::GpuModel),
 }
@@ -183,13 +186,16 @@ impl<'a> Backend<'a> {
                 cpu_decoder(model, path, layout, prompt_len, max_new_tokens)
             }
             Backend::CpuInt8(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
-            Backend::Textbook(model) => {
+            Backend::Textbook(model) | Backend::Learner(model) => {
                 if layout != CacheLayout::default() {
                     return Err(crate::error::Error::InvalidArgument(
-                        "--impl textbook keeps its own plain cache (one growing list of rows per layer): drop --cache, --block-size and --kv".into(),
+                        "--impl textbook and --impl learner keep the textbook's plain cache (one growing list of rows per layer): drop --cache, --block-size and --kv".into(),
                     ));
                 }
-                Ok(crate::textbook::decoder(model, path))
+                Ok(match self {
+                    Backend::Learner(_) => crate::learner::decoder(model, path),
+                    _ => crate::textbook::decoder(model, path, &crate::textbook::Reference),
+                })
             }
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => {
@@ -214,6 +220,17 @@ impl<'a> Backend<'a> {
         }
     }
 
+    /// The textbook and the learner's backends are second implementations of the engine's
+    /// pass: their name and the files their kernels come from, for `kvlab compare` to
+    /// check them against the engine. `None` for the engine itself.
+    pub fn second_implementation(&self) -> Option<(&'static str, &'static [&'static str])> {
+        match self {
+            Backend::Textbook(_) => Some(("textbook", &["src/textbook.rs"])),
+            Backend::Learner(_) => Some(("learner", &crate::learner::FILES)),
+            _ => None,
+        }
+    }
+
     pub fn device(&self) -> Device {
         match self {
             Backend::Cpu(_)
@@ -221,7 +238,8 @@ impl<'a> Backend<'a> {
             | Backend::CpuBf16(_)
             | Backend::CpuBf16Panels(_)
             | Backend::CpuInt8(_)
-            | Backend::Textbook(_) => Device::Cpu,
+            | Backend::Textbook(_)
+            | Backend::Learner(_) => Device::Cpu,
             #[cfg(feature = "cuda")]
             Backend::Cuda(_) => Device::Cuda,
         }
@@ -237,6 +255,9 @@ impl<'a> Backend<'a> {
             Backend::CpuInt8(_) => cpu_describe("int8"),
             Backend::Textbook(_) => {
                 "cpu (1 thread, f32, the textbook core: src/textbook.rs)".into()
+            }
+            Backend::Learner(_) => {
+                "cpu (1 thread, f32, the textbook core with your exercises: src/learner.rs)".into()
             }
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => gpu.describe(),

@@ -112,6 +112,10 @@ pub enum Error {
 
     #[error("{0}")]
     NonFinite(String),
+    /// A second implementation of the pass (`--impl textbook|learner`) did not give the
+    /// engine's tokens.
+    #[error("{0}")]
+    Differs(String),
 }
 
 /// What to do when a prompt and its new tokens overflow the context: fewer new tokens if

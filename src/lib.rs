@@ -2,7 +2,7 @@
 //! sequence for every token, and a KV-cached path — proven to give identical outputs.
 //!
 //! Reading order: [`textbook`] first (the whole of inference in one file, nothing
-//! optimised: the engine's bits), then the engine: [`ops`] (the kernels) → [`attention`] → [`cache`] (where K and V
+//! optimised: the engine's bits; [`learner`] runs it with the exercises' code), then the engine: [`ops`] (the kernels) → [`attention`] → [`cache`] (where K and V
 //! live: [`cache::PreallocatedCache`] first, then growable, paged, prefix-shared) →
 //! [`model`] (the forward pass) → [`generate`] (the loop and its timings) →
 //! [`backend`] (which decoder runs where) → [`chat`] → [`batch`] (one pass over many
@@ -29,6 +29,7 @@ pub mod generate;
 pub mod gguf;
 pub mod kv_size;
 pub mod lab;
+pub mod learner;
 pub mod limits;
 pub mod loader;
 pub mod model;

@@ -25,12 +25,17 @@
 //!
 //! RMSNorm, RoPE and softmax are already textbook code in `src/ops.rs`, shared with the
 //! engine. Only f32 weights as loaded (`Model<f32>`, rows) are read here.
+//!
+//! The three pieces a learner writes in the exercises (RMSNorm, RoPE, attention) sit
+//! behind [`Kernels`]: [`Reference`] is this file's, and `--impl learner`
+//! (`src/learner.rs`) runs the same pass with the learner's own functions.
 
 use crate::attention::Heads;
 use crate::cache::KvBytes;
 use crate::error::{Error, Result};
 use crate::generate::{Decoder, PathKind};
-use crate::model::Model;
+// `slice(&array)`: a weight's floats, row-major (`model.rs`'s `s`).
+use crate::model::{s as slice, Model};
 use crate::ops::{apply_rope, rmsnorm, rope_cos_sin, softmax};
 
 // ANCHOR: textbook_cache
@@ -49,22 +54,69 @@ impl TextbookCache {
     /// and V, and returns the logits of the last one, `[vocab]`: the prefill when the
     /// cache is empty, one decode step when `new_tokens` is one token.
     pub fn logits(&mut self, model: &Model, new_tokens: &[u32]) -> Result<Vec<f32>> {
-        forward(model, new_tokens, Some(self))
+        forward(&Reference, model, new_tokens, Some(self))
     }
 }
 
 /// The naive path (`use_cache=False`): the whole sequence, every time. Step `t` costs a
 /// prefill of `t` tokens; nothing is kept between calls.
 pub fn naive_logits(model: &Model, seq: &[u32]) -> Result<Vec<f32>> {
-    forward(model, seq, None)
+    forward(&Reference, model, seq, None)
 }
 // ANCHOR_END: textbook_cache
+
+// ANCHOR: textbook_kernels
+/// The pieces of a layer that the exercises build (02 RMSNorm, 03 RoPE, 05 and 09
+/// attention). [`forward`] calls them through this trait, so the same pass runs this
+/// file's [`Reference`] or a learner's own code (`--impl learner`, `src/learner.rs`).
+pub trait Kernels {
+    /// RMSNorm of every row: `x` and `out` are `[n, dim]`, `weight` is `[dim]`.
+    fn rmsnorm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]);
+    /// Rotates every head of one row at position `pos`: `x` is `[heads * head_dim]`.
+    fn rope(&self, x: &mut [f32], pos: usize, head_dim: usize, theta: f64);
+    /// Causal attention of `q` (`[n, n_heads * head_dim]`, positions `start_pos..`) over
+    /// `keys` and `values` (`[start_pos + n, n_kv_heads * head_dim]`), as [`attention`].
+    fn attention(
+        &self,
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        start_pos: usize,
+        heads: Heads,
+    ) -> Vec<f32>;
+}
+
+/// This file's kernels: `src/ops.rs`'s RMSNorm and RoPE (the engine's own) and
+/// [`attention`] below.
+pub struct Reference;
+
+impl Kernels for Reference {
+    fn rmsnorm(&self, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+        rmsnorm(x, weight, eps, out);
+    }
+    fn rope(&self, x: &mut [f32], pos: usize, head_dim: usize, theta: f64) {
+        let (cos, sin) = rope_cos_sin(pos, head_dim, theta);
+        apply_rope(x, head_dim, &cos, &sin);
+    }
+    fn attention(
+        &self,
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        start_pos: usize,
+        heads: Heads,
+    ) -> Vec<f32> {
+        attention(q, keys, values, start_pos, heads)
+    }
+}
+// ANCHOR_END: textbook_kernels
 
 // ANCHOR: textbook_forward
 /// `tokens` through every layer; returns the logits of the last token, `[vocab]`.
 /// Without a cache the tokens are the whole sequence, from position 0; with one they
-/// follow the positions it holds.
+/// follow the positions it holds. `kernels` computes RMSNorm, RoPE and attention.
 pub fn forward(
+    kernels: &dyn Kernels,
     model: &Model,
     tokens: &[u32],
     mut cache: Option<&mut TextbookCache>,
@@ -94,7 +146,7 @@ pub fn forward(
 
     for (l, layer) in model.layers.iter().enumerate() {
         // ---- attention block ----
-        rmsnorm(&x, slice(&layer.attn_norm), eps, &mut xb);
+        kernels.rmsnorm(&x, slice(&layer.attn_norm), eps, &mut xb);
         let mut q = matmul(&xb, slice(&layer.wq), dim, q_dim); // [n, n_heads * head_dim]
         let mut k = matmul(&xb, slice(&layer.wk), dim, kv_dim); // [n, n_kv_heads * head_dim]
         let mut v = matmul(&xb, slice(&layer.wv), dim, kv_dim); // [n, n_kv_heads * head_dim]
@@ -111,9 +163,19 @@ pub fn forward(
         }
         // RoPE: each row turns by its own position (Su et al. 2021).
         for i in 0..n {
-            let (cos, sin) = rope_cos_sin(start_pos + i, heads.head_dim, c.rope_theta);
-            apply_rope(&mut q[i * q_dim..][..q_dim], heads.head_dim, &cos, &sin);
-            apply_rope(&mut k[i * kv_dim..][..kv_dim], heads.head_dim, &cos, &sin);
+            let pos = start_pos + i;
+            kernels.rope(
+                &mut q[i * q_dim..][..q_dim],
+                pos,
+                heads.head_dim,
+                c.rope_theta,
+            );
+            kernels.rope(
+                &mut k[i * kv_dim..][..kv_dim],
+                pos,
+                heads.head_dim,
+                c.rope_theta,
+            );
         }
         // The one difference between the paths: where the keys and values come from.
         let (keys, values): (&[f32], &[f32]) = match cache.as_deref_mut() {
@@ -126,12 +188,12 @@ pub fn forward(
                 (&cache.k_cache[l], &cache.v_cache[l])
             }
         };
-        let attn = attention(&q, keys, values, start_pos, heads); // [n, n_heads * head_dim]
+        let attn = kernels.attention(&q, keys, values, start_pos, heads); // [n, n_heads * head_dim]
         let out = matmul(&attn, slice(&layer.wo), q_dim, dim);
         x.iter_mut().zip(&out).for_each(|(x, o)| *x += o); // residual
 
         // ---- MLP block: SwiGLU (Shazeer 2020) ----
-        rmsnorm(&x, slice(&layer.mlp_norm), eps, &mut xb);
+        kernels.rmsnorm(&x, slice(&layer.mlp_norm), eps, &mut xb);
         let mut gate = matmul(&xb, slice(&layer.w_gate), dim, hidden); // [n, hidden]
         let up = matmul(&xb, slice(&layer.w_up), dim, hidden); // [n, hidden]
         for (g, &u) in gate.iter_mut().zip(&up) {
@@ -148,7 +210,7 @@ pub fn forward(
     // Final RMSNorm and the LM head, for the last token only.
     let last = &x[(n - 1) * dim..];
     let mut normed = vec![0.0f32; dim];
-    rmsnorm(last, slice(&model.final_norm), eps, &mut normed);
+    kernels.rmsnorm(last, slice(&model.final_norm), eps, &mut normed);
     Ok(matmul(&normed, slice(&model.lm_head), dim, c.vocab_size))
 }
 // ANCHOR_END: textbook_forward
@@ -269,16 +331,23 @@ fn check(model: &Model, tokens: &[u32], start_pos: usize) -> Result<()> {
     Ok(())
 }
 
-/// The textbook's two paths behind the generation loop's [`Decoder`] (so `kvlab generate`
-/// and `kvlab compare` run them with `--impl textbook`).
-pub fn decoder<'a>(model: &'a Model, path: PathKind) -> Box<dyn Decoder + 'a> {
+/// The textbook's two paths behind the generation loop's [`Decoder`], with `kernels`
+/// (so `kvlab generate` and `kvlab compare` run them with `--impl textbook`, or
+/// `--impl learner` with the learner's kernels).
+pub fn decoder<'a>(
+    model: &'a Model,
+    path: PathKind,
+    kernels: &'a dyn Kernels,
+) -> Box<dyn Decoder + 'a> {
     match path {
         PathKind::Naive => Box::new(NaiveDecoder {
             model,
+            kernels,
             seq: Vec::new(),
         }),
         PathKind::Cached => Box::new(CachedDecoder {
             model,
+            kernels,
             cache: TextbookCache::default(),
         }),
     }
@@ -286,17 +355,18 @@ pub fn decoder<'a>(model: &'a Model, path: PathKind) -> Box<dyn Decoder + 'a> {
 
 struct NaiveDecoder<'a> {
     model: &'a Model,
+    kernels: &'a dyn Kernels,
     seq: Vec<u32>,
 }
 
 impl Decoder for NaiveDecoder<'_> {
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
         self.seq = prompt.to_vec();
-        naive_logits(self.model, &self.seq)
+        forward(self.kernels, self.model, &self.seq, None)
     }
     fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         self.seq.push(token);
-        naive_logits(self.model, &self.seq)
+        forward(self.kernels, self.model, &self.seq, None)
     }
     fn kv_bytes(&self) -> KvBytes {
         KvBytes::default()
@@ -305,16 +375,17 @@ impl Decoder for NaiveDecoder<'_> {
 
 struct CachedDecoder<'a> {
     model: &'a Model,
+    kernels: &'a dyn Kernels,
     cache: TextbookCache,
 }
 
 impl Decoder for CachedDecoder<'_> {
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
         self.cache = TextbookCache::default();
-        self.cache.logits(self.model, prompt)
+        forward(self.kernels, self.model, prompt, Some(&mut self.cache))
     }
     fn step(&mut self, token: u32) -> Result<Vec<f32>> {
-        self.cache.logits(self.model, &[token])
+        forward(self.kernels, self.model, &[token], Some(&mut self.cache))
     }
     fn kv_bytes(&self) -> KvBytes {
         let floats = |rows: &[Vec<f32>]| {
@@ -330,8 +401,4 @@ impl Decoder for CachedDecoder<'_> {
             used: (k_used + v_used) * f32_bytes,
         }
     }
-}
-
-fn slice<D: ndarray::Dimension>(a: &ndarray::Array<f32, D>) -> &[f32] {
-    a.as_slice().expect("arrays in kvlab are contiguous")
 }

@@ -130,6 +130,55 @@ fn compare_impl_textbook_gives_the_engines_tokens() {
         textbook["cached"]["generated_ids"],
         engine["cached"]["generated_ids"]
     );
+    // ... and compare says so itself, checking against the engine.
+    let against = &textbook["against_engine"];
+    assert_eq!(against["identical_tokens"], true);
+    assert_eq!(against["first_logits_bitwise"], true);
+    assert_eq!(against["engine_ids"], engine["cached"]["generated_ids"]);
+    assert!(engine.get("against_engine").is_none());
+}
+
+#[test]
+fn compare_impl_learner_judges_each_exercise_or_the_whole_run() {
+    // `--impl learner` compiles the exercise files as they stand (src/learner.rs): in this
+    // repository the unfinished ones, on a learner's machine theirs. Either a function is
+    // named, the first the kernel table shows WRONG, in one line, or every
+    // function passed and the run gave the engine's tokens.
+    let out = kvlab(&[
+        "compare",
+        "--random-weights",
+        "--prompt-len",
+        "8",
+        "--max-new-tokens",
+        "3",
+        "--ttft-rounds",
+        "1",
+        "--impl",
+        "learner",
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked at src/"), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    if out.status.success() {
+        let against = &report["against_engine"];
+        assert_eq!(against["identical_tokens"], true, "{stdout}");
+        let kernels = against["kernels"].as_array().unwrap();
+        assert_eq!(kernels.len(), 4);
+        assert!(kernels.iter().all(|k| k["ok"] == true), "{stdout}");
+    } else {
+        let kernels = report.as_array().unwrap();
+        let first_wrong = kernels.iter().position(|k| k["ok"] == false).unwrap();
+        let k = &kernels[first_wrong];
+        let named = format!(
+            "exercise {} ({}) does not give kvlab's numbers in the engine",
+            k["exercise"].as_str().unwrap(),
+            k["function"].as_str().unwrap()
+        );
+        assert!(stderr.contains(&named), "{stderr}");
+        assert!(stderr.trim_end().lines().count() <= 2, "{stderr}");
+    }
 }
 
 #[test]

@@ -173,8 +173,8 @@ fn cases() -> Vec<Case> {
         // ---- compare, trace, demo ----
         bad("compare --max-new-tokens usize::MAX", |m| on("compare", m, &["--prompt", "hi", "--max-new-tokens", MAX]), over_context),
         bad("compare --prompt-len usize::MAX", |m| on("compare", m, &["--prompt-len", MAX]), "--prompt-len 18446744073709551615 is out of range"),
-        bad("compare --impl textbook --device cuda", |m| on("compare", m, &["--prompt", "hi", "--impl", "textbook", "--device", "cuda"]), "--impl textbook runs the f32 weights as loaded, on the CPU: drop --device, --dtype and --layout"),
-        bad("generate --impl textbook --cache paged", |m| on("generate", m, &["--prompt", "hi", "--impl", "textbook", "--cache", "paged"]), "--impl textbook keeps its own plain cache"),
+        bad("compare --impl textbook --device cuda", |m| on("compare", m, &["--prompt", "hi", "--impl", "textbook", "--device", "cuda"]), "--impl textbook and --impl learner run the f32 weights as loaded, on the CPU: drop --device, --dtype and --layout"),
+        bad("generate --impl textbook --cache paged", |m| on("generate", m, &["--prompt", "hi", "--impl", "textbook", "--cache", "paged"]), "--impl textbook and --impl learner keep the textbook's plain cache"),
         bad("generate --impl textbook --speculative ngram", |m| on("generate", m, &["--prompt", "hi", "--impl", "textbook", "--speculative", "ngram"]), "--speculative runs on the engine only: drop --impl textbook"),
         bad("compare --ttft-rounds 0", |m| on("compare", m, &["--prompt", "hi", "--max-new-tokens", "2", "--ttft-rounds", "0"]), "--ttft-rounds 0: give 1 to 100"),
         bad("compare --ttft-rounds usize::MAX", |m| on("compare", m, &["--prompt", "hi", "--max-new-tokens", "2", "--ttft-rounds", MAX]), "--ttft-rounds 18446744073709551615: give 1 to 100"),

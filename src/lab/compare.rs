@@ -1,12 +1,11 @@
 //! The `use_cache=True` vs `use_cache=False` experiment (book: naive-vs-cached.md):
 //! the same request through both paths, the tokens checked equal, the time compared.
 
+use super::against_engine::AgainstEngine;
 use crate::error::{Error, Result};
 use crate::generate::{generate_with, timed, Decoder, GenerateOptions, Generation, PathKind};
-use crate::lab::timing::{median, ms_since};
-use crate::sampler::Sampler;
+use crate::lab::timing::median;
 use serde::Serialize;
-use std::time::Instant;
 
 /// Cumulative and per-step time of both paths at one token index.
 #[derive(Debug, Clone, Serialize)]
@@ -67,6 +66,9 @@ pub struct Comparison {
     pub checkpoints: Vec<Checkpoint>,
     pub cached: Generation,
     pub naive: Generation,
+    /// With `--impl textbook|learner`: the same prompt through the engine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub against_engine: Option<AgainstEngine>,
 }
 
 /// More rounds than this only make a learner wait: the median of 5 is already stable.
@@ -109,13 +111,16 @@ pub fn compare_with<'a>(
         )));
     }
     opts.sampler.validate()?;
+    // A generation of one token: its TTFT, timed as every generation's is.
     let mut first_token = |path| -> Result<(f64, f64)> {
         let (mut decoder, alloc_ms) = timed(|| make_decoder(path))?;
-        let mut sampler = Sampler::new(opts.sampler);
-        let start = Instant::now();
-        let logits = decoder.prefill(prompt)?;
-        sampler.sample(&logits)?;
-        Ok((alloc_ms, ms_since(start)))
+        let one = GenerateOptions {
+            max_new_tokens: 1,
+            path,
+            ..opts.clone()
+        };
+        let generation = generate_with(decoder.as_mut(), prompt, &one, |_| {})?;
+        Ok((alloc_ms, generation.ttft_ms))
     };
     let mut ttft = TtftRounds {
         rounds: ttft_rounds,
@@ -191,6 +196,7 @@ pub fn compare_with<'a>(
         checkpoints,
         cached,
         naive,
+        against_engine: None,
     })
 }
 

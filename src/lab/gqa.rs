@@ -76,6 +76,28 @@ fn variant(n_heads: usize, n_kv_heads: usize) -> &'static str {
 /// A cache of `context` positions, every layer filled with synthetic K and V, and one
 /// free position for the timed step. Values in ±1 like a normalised key's components:
 /// what they are changes no timing.
+/// The whole decode step, timed: one token through every layer of `model`, attending
+/// over the `context` positions `cache` holds (plus its own), cut back to `context`
+/// before each of `reps` steps (after a warm-up one). Their median, in ms.
+pub fn median_step_ms(
+    model: &Model,
+    cache: &mut PreallocatedCache,
+    context: usize,
+    reps: usize,
+) -> Result<f64> {
+    let token = [(context % model.config.vocab_size) as u32];
+    let mut steps = Vec::with_capacity(reps);
+    for rep in 0..=reps {
+        cache.truncate(context);
+        let t = Instant::now();
+        std::hint::black_box(model.forward(&token, KvSource::Cache(cache))?);
+        if rep > 0 {
+            steps.push(ms_since(t));
+        }
+    }
+    Ok(median(steps))
+}
+
 pub fn filled_cache(config: &Config, context: usize, seed: u64) -> Result<PreallocatedCache> {
     let mut cache = PreallocatedCache::new(config, context + 1)?;
     let kv_dim = config.n_kv_heads() * config.head_dim();
@@ -98,19 +120,7 @@ pub fn measure(n_kv_heads: usize, context: usize, reps: usize) -> Result<GqaRow>
     let config = config_with_kv_heads(n_kv_heads);
     let model = Model::random(config.clone(), 0)?;
     let mut cache = filled_cache(&config, context, 1)?;
-    let token = [(context % config.vocab_size) as u32];
-
-    // The whole decode step: one token through every layer, attending over `context`
-    // cached positions (plus its own). A warm-up step first.
-    let mut steps = Vec::with_capacity(reps);
-    for rep in 0..=reps {
-        cache.truncate(context);
-        let t = Instant::now();
-        std::hint::black_box(model.forward(&token, KvSource::Cache(&mut cache))?);
-        if rep > 0 {
-            steps.push(ms_since(t));
-        }
-    }
+    let decode_ms = median_step_ms(&model, &mut cache, context, reps)?;
 
     // Attention alone, as the step runs it in each layer: one query (all 9 heads) over
     // the `context + 1` positions the cache now holds.
@@ -131,7 +141,7 @@ pub fn measure(n_kv_heads: usize, context: usize, reps: usize) -> Result<GqaRow>
         }
     }
 
-    let (decode_ms, attention_ms) = (median(steps), median(attention));
+    let attention_ms = median(attention);
     let kv_bytes_per_token = crate::cache::bytes_per_token(&config);
     Ok(GqaRow {
         variant: variant(heads.n_heads, n_kv_heads).into(),

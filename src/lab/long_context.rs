@@ -9,12 +9,11 @@
 //! (MHA, GQA, MQA), over caches filled with synthetic K and V as `kvlab gqa` does (8k
 //! tokens of real prefill per point would take minutes), and sums the measured curve.
 
-use super::gqa::{config_with_kv_heads, filled_cache};
-use super::timing::{machine_name, median, ms_since};
+use super::gqa::{config_with_kv_heads, filled_cache, median_step_ms};
+use super::timing::machine_name;
 use crate::error::{Error, Result};
-use crate::model::{KvSource, Model};
+use crate::model::Model;
 use serde::Serialize;
-use std::time::Instant;
 
 /// One variant's decode step at one context, and the generation up to it.
 #[derive(Debug, Clone, Serialize)]
@@ -54,17 +53,7 @@ pub struct LongContextReport {
 /// synthetic positions.
 fn step_ms(model: &Model, context: usize, reps: usize) -> Result<f64> {
     let mut cache = filled_cache(&model.config, context, 1)?;
-    let token = [(context % model.config.vocab_size) as u32];
-    let mut steps = Vec::with_capacity(reps);
-    for rep in 0..=reps {
-        cache.truncate(context);
-        let start = Instant::now();
-        std::hint::black_box(model.forward(&token, KvSource::Cache(&mut cache))?);
-        if rep > 0 {
-            steps.push(ms_since(start));
-        }
-    }
-    Ok(median(steps))
+    median_step_ms(model, &mut cache, context, reps)
 }
 
 // ANCHOR: generation_sum

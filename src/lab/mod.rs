@@ -5,6 +5,7 @@
 //! | file | command | chapter |
 //! |---|---|---|
 //! | [`compare`] | `kvlab compare`, `kvlab demo` | naive-vs-cached.md |
+//! | [`against_engine`] | `kvlab compare --impl textbook, learner` | forward-pass.md |
 //! | [`bench`] | `kvlab bench` (CPU) | prefill-decode.md, roofline.md |
 //! | `gpu_bench` | `kvlab bench --device cuda` (`--features cuda`) | roofline.md |
 //! | [`roof`] (+ [`peak`]) | `kvlab bench` (the roofs and each point's intensity) | roofline.md |
@@ -25,6 +26,7 @@
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
+pub mod against_engine;
 pub mod attention_map;
 pub mod batching;
 pub mod bench;

@@ -9,6 +9,7 @@ use kvlab::backend::{Backend, CacheLayout};
 use kvlab::cache::CacheKind;
 use kvlab::error::Result;
 use kvlab::generate::{check_request, generate_with, timed, GenerateOptions, PathKind};
+use kvlab::lab::against_engine::against_engine;
 use kvlab::lab::compare::compare_with;
 use kvlab::lab::timing::synthetic_prompt;
 use kvlab::sampler::SamplerConfig;
@@ -68,6 +69,9 @@ pub enum ImplArg {
     /// The reference core, src/textbook.rs: one thread, f32, nothing optimised; the
     /// engine's bits (tests/textbook.rs), slower.
     Textbook,
+    /// The reference core running your exercise code (02 RMSNorm, 03 RoPE, 05 and 09
+    /// attention; src/learner.rs), checked against the engine by `kvlab compare`.
+    Learner,
 }
 
 #[derive(Args)]
@@ -82,8 +86,8 @@ impl ImplArgs {
     pub fn engine_only(&self, feature: &str) -> Result<()> {
         match self.implementation {
             ImplArg::Engine => Ok(()),
-            ImplArg::Textbook => Err(kvlab::Error::InvalidArgument(format!(
-                "{feature} runs on the engine only: drop --impl textbook"
+            ImplArg::Textbook | ImplArg::Learner => Err(kvlab::Error::InvalidArgument(format!(
+                "{feature} runs on the engine only: drop --impl textbook or --impl learner"
             ))),
         }
     }
@@ -92,16 +96,19 @@ impl ImplArgs {
     pub fn backend<'a>(&self, device: &DeviceArgs, model: &'a Model) -> Result<Backend<'a>> {
         match self.implementation {
             ImplArg::Engine => device.backend(model),
-            ImplArg::Textbook => {
+            ImplArg::Textbook | ImplArg::Learner => {
                 if device.device != crate::args::DeviceArg::Cpu
                     || device.weights.dtype.is_some()
                     || device.weights.layout.is_some()
                 {
                     return Err(kvlab::Error::InvalidArgument(
-                        "--impl textbook runs the f32 weights as loaded, on the CPU: drop --device, --dtype and --layout".into(),
+                        "--impl textbook and --impl learner run the f32 weights as loaded, on the CPU: drop --device, --dtype and --layout".into(),
                     ));
                 }
-                Ok(Backend::Textbook(model))
+                Ok(match self.implementation {
+                    ImplArg::Learner => Backend::Learner(model),
+                    _ => Backend::Textbook(model),
+                })
             }
         }
     }
@@ -341,12 +348,47 @@ fn run_compare(
             opts.max_new_tokens
         );
     }
+    // The learner's functions first, one by one on the real model's activations: a
+    // wrong one is named before a long generation says only "the tokens differ".
+    let kernels = match backend {
+        Backend::Learner(model) => kvlab::learner::check_kernels(model, prompt_ids, 2)?,
+        _ => Vec::new(),
+    };
+    if let Some(bad) = kernels.iter().find(|k| !k.ok) {
+        if json {
+            print::json(&kernels)?;
+        } else {
+            print::kernel_checks(&kernels);
+        }
+        let n: u32 = bad.exercise.parse().unwrap_or(0);
+        return Err(kvlab::Error::Differs(format!(
+            "exercise {} ({}) does not give kvlab's numbers in the engine: run `cargo run --manifest-path exercises/Cargo.toml -- run {n}` (and `-- hint {n}`)",
+            bad.exercise, bad.function
+        )));
+    }
     let mut cmp = compare_with(
         |path| backend.decoder(path, layout, prompt_ids.len(), opts.max_new_tokens),
         prompt_ids,
         opts,
         ttft_rounds,
     )?;
+    if let Some((implementation, files)) = backend.second_implementation() {
+        // The engine as tests/textbook.rs checks it: f32 rows, a preallocated cache.
+        let engine = Backend::Cpu(model);
+        let (n, max_new) = (prompt_ids.len(), opts.max_new_tokens);
+        cmp.against_engine = Some(against_engine(
+            || engine.decoder(PathKind::Cached, layout, n, max_new),
+            || backend.decoder(PathKind::Cached, layout, n, max_new),
+            prompt_ids,
+            opts,
+            &cmp.cached.generated_ids,
+            implementation,
+            files,
+        )?);
+        if let Some(a) = &mut cmp.against_engine {
+            a.kernels = kernels;
+        }
+    }
     if let Some(tok) = tokenizer {
         cmp.cached.text = visible_text(tok, &cmp.cached.generated_ids, &opts.eos_ids)?;
         cmp.naive.text = visible_text(tok, &cmp.naive.generated_ids, &opts.eos_ids)?;
@@ -367,5 +409,18 @@ fn run_compare(
         }
         return Ok(());
     }
-    cmp.check()
+    cmp.check()?;
+    match &cmp.against_engine {
+        Some(a) if !a.identical_tokens => Err(kvlab::Error::Differs(format!(
+            "--impl {}: generated token {} differs from the engine's{}",
+            a.implementation,
+            a.first_difference.unwrap_or(0) + 1,
+            if a.implementation == "learner" {
+                ": run `cargo run --manifest-path exercises/Cargo.toml -- check` to find the exercise"
+            } else {
+                " (the textbook must give the engine's bits: this is a bug in kvlab, please report it)"
+            }
+        ))),
+        _ => Ok(()),
+    }
 }

@@ -10,6 +10,7 @@ use kvlab::lab::capacity::CapacityReport;
 use kvlab::lab::compare::Comparison;
 use kvlab::lab::shared_prompt::PrefixReport;
 use kvlab::lab::trace::TraceRow;
+use kvlab::learner::KernelCheck;
 
 mod batching;
 mod eval;
@@ -122,6 +123,53 @@ pub fn comparison(c: &Comparison) {
         c.identical,
         c.speedup
     );
+    if let Some(a) = &c.against_engine {
+        let logits = match (a.first_logits_bitwise, a.first_logits_max_abs_diff) {
+            (true, _) => "bitwise equal".to_string(),
+            (false, Some(d)) => format!("max |engine - {}| = {d:.3e}", a.implementation),
+            (false, None) => "not finite (NaN or inf)".to_string(),
+        };
+        let tokens = match a.first_difference {
+            None => "identical".to_string(),
+            Some(i) => format!("differ from token {}", i + 1),
+        };
+        outln!(
+            "against the engine (cpu, f32 rows, cached): tokens {tokens} | first token's logits: {logits}"
+        );
+        outln!("kernels from: {}", a.files.join(", "));
+        if !a.kernels.is_empty() {
+            kernel_checks(&a.kernels);
+        }
+    }
+}
+
+/// `kvlab compare --impl learner`: each exercise's function against kvlab's.
+pub fn kernel_checks(checks: &[KernelCheck]) {
+    outln!(
+        "{:<8} {:<17} {:>6} {:>12} {:>11} {:>11}  verdict",
+        "exercise",
+        "function",
+        "calls",
+        "max |diff|",
+        "tolerance",
+        "scale"
+    );
+    for k in checks {
+        let diff = k
+            .max_abs_diff
+            .map_or("NaN/inf".to_string(), |d| format!("{d:.3e}"));
+        outln!(
+            "{:<8} {:<17} {:>6} {:>12} {:>11.1e} {:>11.3}  {}",
+            k.exercise,
+            k.function,
+            k.calls,
+            diff,
+            k.tolerance,
+            k.max_abs_reference,
+            if k.ok { "ok" } else { "WRONG" }
+        );
+    }
+    outln!("(your function against kvlab's on the same inputs, the model's own activations: a prefill and 2 decode steps; each call gets kvlab's correct inputs, so one mistake never hides another)");
 }
 
 /// `kvlab kv-size`.
