@@ -15,6 +15,10 @@
 //! cargo run --manifest-path exercises/Cargo.toml -- run 3     # compile + test one exercise, full output
 //! cargo run --manifest-path exercises/Cargo.toml -- hint 3    # a nudge for exercise 3 (no N: the next one)
 //! cargo run --manifest-path exercises/Cargo.toml -- hint 3 2  # a stronger nudge, where there is one
+//! cargo run --manifest-path exercises/Cargo.toml -- watch     # re-check on every save
+//! cargo run --manifest-path exercises/Cargo.toml -- solution 3 # the worked solution, once yours passes
+//! cargo run --manifest-path exercises/Cargo.toml -- reset 3   # back to the stub (yours kept aside)
+//! cargo run --manifest-path exercises/Cargo.toml -- engine    # your code in kvlab, on the real model
 //! cargo run --manifest-path exercises/Cargo.toml -- verify    # CI: stubs fail, solutions pass, mutants fail
 //! ```
 //!
@@ -23,6 +27,8 @@
 
 #[path = "checker/build.rs"]
 mod build;
+#[path = "checker/commands.rs"]
+mod commands;
 #[path = "checker/info.rs"]
 mod info;
 #[path = "checker/mutants.rs"]
@@ -39,11 +45,11 @@ use build::{
 use info::{find_exercise, load_exercises, load_mutants, Exercise};
 use mutants::{verify_mutant, MutantVerdict};
 
-const CMD: &str = "cargo run --manifest-path exercises/Cargo.toml --";
+pub(crate) const CMD: &str = "cargo run --manifest-path exercises/Cargo.toml --";
 /// A stub's parameters are unused until the learner writes the body; a screen of
 /// "unused variable" warnings would bury the test results, so learner builds allow them.
 /// (`verify` compiles stubs with the default lints and solutions with `-D warnings`.)
-const LEARNER_FLAGS: &[&str] = &["-A", "unused_variables"];
+pub(crate) const LEARNER_FLAGS: &[&str] = &["-A", "unused_variables"];
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -54,6 +60,10 @@ fn main() -> ExitCode {
         Some("run") => cmd_run(arg1),
         Some("hint") => cmd_hint(arg1, arg2),
         Some("verify") => cmd_verify(),
+        Some("watch") => commands::cmd_watch(),
+        Some("solution") => commands::cmd_solution(arg1, arg2 == Some("--anyway")),
+        Some("reset") => commands::cmd_reset(arg1),
+        Some("engine") => commands::cmd_engine(),
         Some("help" | "-h" | "--help") => {
             print_usage();
             Ok(true)
@@ -80,6 +90,12 @@ fn print_usage() {
     eprintln!("  run N      compile and test exercise N (its number or name) with full output");
     eprintln!("  hint [N]   a nudge for exercise N; without N, for the first unfinished one");
     eprintln!("  hint N 2   a stronger nudge for exercise N, where it has one");
+    eprintln!("  watch      re-check the next unfinished exercise every time you save a file");
+    eprintln!("  solution N the worked solution of exercise N, once yours passes");
+    eprintln!("  reset N    put exercise N's stub back (yours is kept in exercises/target/reset/)");
+    eprintln!(
+        "  engine     your RMSNorm, RoPE and attention inside kvlab, on SmolLM2 (`--impl learner`)"
+    );
     eprintln!(
         "  verify     CI mode: every stub must compile and FAIL its tests, every solution PASS,"
     );
@@ -102,7 +118,7 @@ fn exercises_dir() -> PathBuf {
 }
 
 /// Build products go under `exercises/target/` (git-ignored), next to Cargo's own.
-fn build_dir(kind: &str, ex: &Exercise) -> PathBuf {
+pub(crate) fn build_dir(kind: &str, ex: &Exercise) -> PathBuf {
     let dir = Path::new(&ex.path).parent().unwrap_or(Path::new(""));
     exercises_dir()
         .join("target")

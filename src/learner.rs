@@ -6,11 +6,11 @@
 //! |-----------|----------------------------------------------|----------|
 //! | RMSNorm   | `rmsnorm(x, weight, eps)`, every row          | 02 |
 //! | RoPE      | `rope(x, pos, theta)`, every head of a row    | 03 |
-//! | attention, a whole sequence (the naive path, and the cached path's prefill) | `causal_attention`, every query head, its KV head from `kv_head_for` | 05, 09 |
-//! | attention, new rows over a cache (the cached path's decode) | `gqa_attention` over the positions each row may see | 09 |
+//! | attention, a whole sequence (the naive path, and the cached path's prefill) | `causal_attention`, every query head, its KV head from `kv_head_for` | 06, 14 |
+//! | attention, new rows over a cache (the cached path's decode) | `gqa_attention` over the positions each row may see | 14 |
 //!
-//! So `kvlab compare --impl learner` runs *your* naive path (05 over the whole sequence,
-//! every step) against *your* cached path (09 over the cache) on SmolLM2, and then
+//! So `kvlab compare --impl learner` runs *your* naive path (06 over the whole sequence,
+//! every step) against *your* cached path (14 over the cache) on SmolLM2, and then
 //! against the engine. The embedding, the matmuls, SwiGLU and the LM head stay the
 //! textbook's.
 //!
@@ -43,32 +43,32 @@ mod ex02_rmsnorm;
 mod ex03_rope;
 
 #[allow(unused, clippy::all)]
-#[cfg_attr(not(test), path = "../exercises/05_causal_mask/causal_attention.rs")]
+#[cfg_attr(not(test), path = "../exercises/06_causal_mask/causal_attention.rs")]
 #[cfg_attr(
     test,
-    path = "../exercises/solutions/05_causal_mask/causal_attention.rs"
+    path = "../exercises/solutions/06_causal_mask/causal_attention.rs"
 )]
-mod ex05_causal_attention;
+mod ex06_causal_attention;
 
 #[allow(unused, clippy::all)]
-#[cfg_attr(not(test), path = "../exercises/09_gqa_mapping/gqa.rs")]
-#[cfg_attr(test, path = "../exercises/solutions/09_gqa_mapping/gqa.rs")]
-mod ex09_gqa;
+#[cfg_attr(not(test), path = "../exercises/14_gqa_mapping/gqa.rs")]
+#[cfg_attr(test, path = "../exercises/solutions/14_gqa_mapping/gqa.rs")]
+mod ex14_gqa;
 
 /// The exercise files this build compiled in, for reports.
 pub const FILES: [&str; 4] = if cfg!(test) {
     [
         "exercises/solutions/02_rmsnorm/rmsnorm.rs",
         "exercises/solutions/03_rope/rope.rs",
-        "exercises/solutions/05_causal_mask/causal_attention.rs",
-        "exercises/solutions/09_gqa_mapping/gqa.rs",
+        "exercises/solutions/06_causal_mask/causal_attention.rs",
+        "exercises/solutions/14_gqa_mapping/gqa.rs",
     ]
 } else {
     [
         "exercises/02_rmsnorm/rmsnorm.rs",
         "exercises/03_rope/rope.rs",
-        "exercises/05_causal_mask/causal_attention.rs",
-        "exercises/09_gqa_mapping/gqa.rs",
+        "exercises/06_causal_mask/causal_attention.rs",
+        "exercises/14_gqa_mapping/gqa.rs",
     ]
 };
 
@@ -109,7 +109,7 @@ impl Kernels for Learner {
         let n = q.len() / q_dim;
         let mut out = vec![0.0f32; n * q_dim]; // [n, n_heads * head_dim]
         if start_pos == 0 {
-            // The whole sequence in this pass: exercise 05, one query head at a time, over
+            // The whole sequence in this pass: exercise 06, one query head at a time, over
             // its KV head's [n, head_dim] columns.
             let column = |rows: &[f32], width: usize, head: usize| -> Vec<f32> {
                 rows.chunks_exact(width)
@@ -117,28 +117,28 @@ impl Kernels for Learner {
                     .collect()
             };
             for h in 0..n_heads {
-                let kv_head = ex09_gqa::kv_head_for(h, n_heads, n_kv_heads);
+                let kv_head = ex14_gqa::kv_head_for(h, n_heads, n_kv_heads);
                 let (k, v) = (
                     column(keys, kv_dim, kv_head),
                     column(values, kv_dim, kv_head),
                 );
                 let head_out =
-                    ex05_causal_attention::causal_attention(&column(q, q_dim, h), &k, &v, head_dim);
+                    ex06_causal_attention::causal_attention(&column(q, q_dim, h), &k, &v, head_dim);
                 assert_eq!(
                     head_out.len(),
                     n * head_dim,
-                    "exercise 05: causal_attention must return [seq, head_dim]"
+                    "exercise 06: causal_attention must return [seq, head_dim]"
                 );
                 for (i, o) in head_out.chunks_exact(head_dim).take(n).enumerate() {
                     out[i * q_dim + h * head_dim..][..head_dim].copy_from_slice(o);
                 }
             }
         } else {
-            // New rows over a cache: exercise 09, row `i` over the positions it may see
+            // New rows over a cache: exercise 14, row `i` over the positions it may see
             // (0..=start_pos + i), all heads at once.
             for i in 0..n {
                 let seen = (start_pos + i + 1) * kv_dim;
-                let row_out = ex09_gqa::gqa_attention(
+                let row_out = ex14_gqa::gqa_attention(
                     &q[i * q_dim..][..q_dim],
                     &keys[..seen],
                     &values[..seen],
@@ -149,7 +149,7 @@ impl Kernels for Learner {
                 assert_eq!(
                     row_out.len(),
                     q_dim,
-                    "exercise 09: gqa_attention must return [n_heads, head_dim]"
+                    "exercise 14: gqa_attention must return [n_heads, head_dim]"
                 );
                 out[i * q_dim..][..q_dim].copy_from_slice(&row_out);
             }
@@ -323,8 +323,8 @@ pub fn check_kernels_of(
     let names = [
         ("02", "rmsnorm"),
         ("03", "rope"),
-        ("05", "causal_attention"),
-        ("09", "gqa_attention"),
+        ("06", "causal_attention"),
+        ("14", "gqa_attention"),
     ];
     let max_pos = checked.max_pos.get();
     Ok(names

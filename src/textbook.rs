@@ -66,7 +66,7 @@ pub fn naive_logits(model: &Model, seq: &[u32]) -> Result<Vec<f32>> {
 // ANCHOR_END: textbook_cache
 
 // ANCHOR: textbook_kernels
-/// The pieces of a layer that the exercises build (02 RMSNorm, 03 RoPE, 05 and 09
+/// The pieces of a layer that the exercises build (02 RMSNorm, 03 RoPE, 06 and 14
 /// attention). [`forward`] calls them through this trait, so the same pass runs this
 /// file's [`Reference`] or a learner's own code (`--impl learner`, `src/learner.rs`).
 pub trait Kernels {

@@ -692,7 +692,7 @@ fn bad_pool_sizes_are_errors() {
 }
 
 /// Block names are plain FNV-1a (computed independently, in Python, for these values):
-/// the same on every machine and Rust version, and the same as exercise 14's.
+/// the same on every machine and Rust version, and the same as exercise 20's.
 #[test]
 fn block_names_are_fnv1a_and_chain() {
     use kvlab::cache::paged::prefix::block_hash;

@@ -652,3 +652,18 @@ fn matmul_few_rows_equal_single_rows() {
         }
     }
 }
+
+/// A tiny temperature is the greedy limit, not NaN: `distribution` shifts by the max
+/// before dividing by T, as the sampler does (`l / T` alone overflows to inf at 1e-38).
+#[test]
+fn distribution_at_a_tiny_temperature_is_the_greedy_one_hot() {
+    let logits = [0.3f32, 30.0, -1.0, 29.5];
+    for temperature in [1e-30f32, 1e-38] {
+        let config = SamplerConfig {
+            temperature,
+            ..SamplerConfig::default()
+        };
+        let p = distribution(&logits, &config);
+        assert_eq!(p, [0.0, 1.0, 0.0, 0.0], "T = {temperature}");
+    }
+}

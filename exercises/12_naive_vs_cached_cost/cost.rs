@@ -10,9 +10,9 @@
 //! last generated token is never fed back, so there is no pass after it).
 //!
 //! ```text
-//! naive,  any pass:        causal attention over all L rows (exercise 05), from scratch
+//! naive,  any pass:        causal attention over all L rows (exercise 06), from scratch
 //! cached, pass 0 (prefill, 预填充): the same; there is nothing cached yet
-//! cached, pass s >= 1 (decode, 解码): only the new token's query, over the cache (exercise 08)
+//! cached, pass s >= 1 (decode, 解码): only the new token's query, over the cache (exercise 11)
 //! ```
 //!
 //! How many q·k dot products is each? Count them on a 4-token example before you write

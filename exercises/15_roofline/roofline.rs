@@ -18,7 +18,7 @@
 //! heads of 64, f32) on a made-up machine with round numbers; `kvlab bench` measures a
 //! real one (book chapter "Prefill is compute-bound, decode memory-bound").
 
-/// Given (exercise 06): K and V bytes one token adds to the cache, over all layers.
+/// Given (exercise 13): K and V bytes one token adds to the cache, over all layers.
 pub fn kv_bytes_per_token(
     n_layers: u64,
     n_kv_heads: u64,

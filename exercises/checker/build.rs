@@ -52,7 +52,7 @@ pub fn rustc_test(src: &Path, bin: &Path) -> Command {
 }
 
 /// Passes `src` relative to the repository root and runs from there, so that compiler
-/// errors and test panics name `exercises/01_softmax/softmax.rs:12:5`, not an absolute path.
+/// errors and test panics name `exercises/04_softmax/softmax.rs:12:5`, not an absolute path.
 pub fn source_arg(cmd: &mut Command, src: &Path) {
     let repo = exercises_dir().parent().map(Path::to_path_buf);
     match repo

@@ -16,7 +16,7 @@ pub struct Exercise {
     /// 1-based position in info.toml; the directory must start with the same `NN_`.
     pub number: usize,
     pub name: String,
-    /// Relative to `exercises/`, e.g. `01_softmax/softmax.rs`.
+    /// Relative to `exercises/`, e.g. `04_softmax/softmax.rs`.
     pub path: String,
     /// Hint levels: `hints[0]` is the first nudge (`hint N`), `hints[1]` the stronger
     /// one (`hint N 2`), if the exercise has one.

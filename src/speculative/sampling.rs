@@ -52,9 +52,12 @@ pub fn distribution(logits: &[f32], config: &SamplerConfig) -> Vec<f32> {
     if config.top_k > 0 {
         ids.truncate(config.top_k);
     }
+    // (l - max) / T, as the sampler computes it: the same bits, and a tiny T still
+    // gives the greedy one-hot (l / T alone overflows to inf, and inf - inf is NaN).
+    let max = logits[ids[0]];
     let mut kept: Vec<f32> = ids
         .iter()
-        .map(|&i| logits[i] / config.temperature)
+        .map(|&i| (logits[i] - max) / config.temperature)
         .collect();
     softmax(&mut kept);
     let mut mass = 0.0;

@@ -23,7 +23,7 @@
 //! Partial blocks are never named: their content is still changing. And a named block is
 //! never written in place; a sequence that needs to write into one copies it first.
 //!
-//! The hash is 64-bit FNV-1a, simple enough to compute by hand (exercise 14). A lookup
+//! The hash is 64-bit FNV-1a, simple enough to compute by hand (exercise 20). A lookup
 //! also compares the stored tokens and parent hash, so an accidental collision is a miss,
 //! never wrong K and V. Against *crafted* collisions (one user poisoning another's cache)
 //! a cryptographic hash is needed: vLLM moved to SHA-256 for this (CVE-2025-25183).

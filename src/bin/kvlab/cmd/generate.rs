@@ -69,7 +69,7 @@ pub enum ImplArg {
     /// The reference core, src/textbook.rs: one thread, f32, nothing optimised; the
     /// engine's bits (tests/textbook.rs), slower.
     Textbook,
-    /// The reference core running your exercise code (02 RMSNorm, 03 RoPE, 05 and 09
+    /// The reference core running your exercise code (02 RMSNorm, 03 RoPE, 06 and 14
     /// attention; src/learner.rs), checked against the engine by `kvlab compare`.
     Learner,
 }

@@ -1,0 +1,162 @@
+//! The learner's conveniences around `check`: `watch` (re-check on every save),
+//! `solution` (the worked solution, once yours passes), `reset` (back to the stub, yours
+//! kept aside) and `engine` (your code inside kvlab, on the real model).
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, SystemTime};
+
+use crate::build::{build_and_test, Outcome};
+use crate::info::{find_exercise, load_exercises, Exercise};
+use crate::{build_dir, exercises_dir, CMD, LEARNER_FLAGS};
+
+/// `solution N`: prints exercise N's worked solution, only once the learner's file passes
+/// (reading it before is reading the answer; `--anyway` is there for the stuck).
+pub fn cmd_solution(key: Option<&str>, anyway: bool) -> Result<bool, String> {
+    let list = load_exercises()?;
+    let ex = find_exercise(
+        &list,
+        key.ok_or("`solution` needs an exercise number or name")?,
+    )?;
+    if !anyway && !passes(ex) {
+        println!(
+            "{} does not pass yet: the solution is shown once it does (`{CMD} run {}`).\n\
+             Stuck past both hints? `{CMD} solution {} --anyway`",
+            ex.label(),
+            ex.number,
+            ex.number
+        );
+        return Ok(false);
+    }
+    let text = fs::read_to_string(ex.solution()).map_err(|e| e.to_string())?;
+    println!(
+        "== worked solution of {}  (exercises/solutions/{})\n",
+        ex.label(),
+        ex.path
+    );
+    // The tests are the same as yours, byte for byte: only the code above them differs.
+    let code = text.split("#[cfg(test)]").next().unwrap_or(&text);
+    println!("{}", code.trim_end());
+    println!("\n(its tests are yours, unchanged. Side by side: diff exercises/{} exercises/solutions/{})", ex.path, ex.path);
+    Ok(true)
+}
+
+/// `reset N`: puts the stub back (from git's copy) and keeps the learner's file in
+/// `exercises/target/reset/`, so a reset is never a loss.
+pub fn cmd_reset(key: Option<&str>) -> Result<bool, String> {
+    let list = load_exercises()?;
+    let ex = find_exercise(
+        &list,
+        key.ok_or("`reset` needs an exercise number or name")?,
+    )?;
+    let repo = exercises_dir()
+        .parent()
+        .ok_or("exercises/ has no parent directory")?
+        .to_path_buf();
+    let tracked = format!("exercises/{}", ex.path);
+    let stub = Command::new("git")
+        .args(["show", &format!("HEAD:{tracked}")])
+        .current_dir(&repo)
+        .output()
+        .map_err(|e| {
+            format!("could not run git ({e}): reset needs the repository's git history")
+        })?;
+    if !stub.status.success() {
+        return Err(format!(
+            "git has no committed copy of {tracked}: cannot reset it"
+        ));
+    }
+    let kept = exercises_dir().join("target").join("reset").join(&ex.path);
+    fs::create_dir_all(kept.parent().unwrap_or(Path::new("."))).map_err(|e| e.to_string())?;
+    fs::copy(ex.stub(), &kept).map_err(|e| e.to_string())?;
+    fs::write(ex.stub(), &stub.stdout).map_err(|e| e.to_string())?;
+    println!(
+        "{} is its stub again. Your version: {}",
+        ex.label(),
+        kept.strip_prefix(&repo).unwrap_or(&kept).display()
+    );
+    Ok(true)
+}
+
+/// `watch`: re-runs the first unfinished exercise every time an exercise file is saved,
+/// until every one passes (Ctrl-C to stop). Polls modification times once a second: no
+/// file-watching crate, so the checker keeps no dependencies.
+pub fn cmd_watch() -> Result<bool, String> {
+    let list = load_exercises()?;
+    let mut seen: Option<SystemTime> = None;
+    loop {
+        let newest = list
+            .iter()
+            .filter_map(|ex| fs::metadata(ex.stub()).and_then(|m| m.modified()).ok())
+            .max();
+        if newest != seen {
+            seen = newest;
+            match list.iter().find(|ex| !passes(ex)) {
+                None => {
+                    println!("All {} exercises pass. Next: {CMD} engine", list.len());
+                    return Ok(true);
+                }
+                Some(ex) => {
+                    let outcome =
+                        build_and_test(&ex.stub(), &build_dir("learner", ex), LEARNER_FLAGS)
+                            .map_err(|e| e.to_string())?;
+                    println!(
+                        "\n== {}  (exercises/{}): {}",
+                        ex.label(),
+                        ex.path,
+                        outcome.short()
+                    );
+                    println!("{}", crate::build::excerpt(&outcome));
+                    println!("(watching exercises/ for changes; Ctrl-C to stop; `{CMD} hint {}` for a nudge)", ex.number);
+                }
+            }
+        }
+        thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// `engine`: builds kvlab with your RMSNorm, RoPE and attention exercises compiled in
+/// (`src/learner.rs`) and runs them on SmolLM2: each function against kvlab's, then your
+/// naive path against your cached one, then your tokens against the engine's.
+pub fn cmd_engine() -> Result<bool, String> {
+    let repo = exercises_dir()
+        .parent()
+        .ok_or("exercises/ has no parent directory")?
+        .to_path_buf();
+    let args = [
+        "run",
+        "--release",
+        "--quiet",
+        "--",
+        "compare",
+        "--impl",
+        "learner",
+        "--chat",
+        "--prompt",
+        "What is the capital of France?",
+        "--max-new-tokens",
+        "8",
+        "--ttft-rounds",
+        "1",
+    ];
+    println!("$ cargo {}", args.join(" "));
+    let status = Command::new(env_cargo())
+        .args(args)
+        .current_dir(&repo)
+        .status()
+        .map_err(|e| format!("could not run cargo: {e}"))?;
+    Ok(status.success())
+}
+
+fn env_cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+fn passes(ex: &Exercise) -> bool {
+    matches!(
+        build_and_test(&ex.stub(), &build_dir("learner", ex), LEARNER_FLAGS),
+        Ok(Outcome::Pass)
+    )
+}
