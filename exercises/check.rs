@@ -15,6 +15,7 @@
 //! cargo run --manifest-path exercises/Cargo.toml -- run 3     # compile + test one exercise, full output
 //! cargo run --manifest-path exercises/Cargo.toml -- hint 3    # a nudge for exercise 3 (no N: the next one)
 //! cargo run --manifest-path exercises/Cargo.toml -- hint 3 2  # a stronger nudge, where there is one
+//! cargo run --manifest-path exercises/Cargo.toml -- list      # every exercise and its chapter
 //! cargo run --manifest-path exercises/Cargo.toml -- watch     # re-check on every save
 //! cargo run --manifest-path exercises/Cargo.toml -- solution 3 # the worked solution, once yours passes
 //! cargo run --manifest-path exercises/Cargo.toml -- reset 3   # back to the stub (yours kept aside)
@@ -61,6 +62,7 @@ fn main() -> ExitCode {
         Some("hint") => cmd_hint(arg1, arg2),
         Some("verify") => cmd_verify(),
         Some("watch") => commands::cmd_watch(),
+        Some("list") => commands::cmd_list(),
         Some("solution") => commands::cmd_solution(arg1, arg2 == Some("--anyway")),
         Some("reset") => commands::cmd_reset(arg1),
         Some("engine") => commands::cmd_engine(),
@@ -90,6 +92,7 @@ fn print_usage() {
     eprintln!("  run N      compile and test exercise N (its number or name) with full output");
     eprintln!("  hint [N]   a nudge for exercise N; without N, for the first unfinished one");
     eprintln!("  hint N 2   a stronger nudge for exercise N, where it has one");
+    eprintln!("  list       every exercise, its file and the chapter that assigns it");
     eprintln!("  watch      re-check the next unfinished exercise every time you save a file");
     eprintln!("  solution N the worked solution of exercise N, once yours passes");
     eprintln!("  reset N    put exercise N's stub back (yours is kept in exercises/target/reset/)");

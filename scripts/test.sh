@@ -37,6 +37,7 @@ bash scripts/check-exercises.sh
 step "the book's prose: {{#kvlab}} references, cited paths, counts, numbers beside blocks, pasted outputs, one fresh stamp"
 python3 -m unittest discover -s scripts -p 'test_*.py'
 python3 scripts/check-book-prose.py
+python3 scripts/check-imports.py
 
 if [ -f book/book.toml ]; then
     step "the book builds (broken includes or links fail it)"

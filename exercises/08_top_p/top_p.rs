@@ -120,6 +120,25 @@ mod tests {
     }
 
     #[test]
+    fn a_u_on_a_boundary_belongs_to_the_next_token() {
+        // Dyadic probabilities, so the running sums are exact: token 1 owns [0, 0.5),
+        // token 0 [0.5, 0.75), token 2 [0.75, 0.875), token 3 [0.875, 1). Half-open
+        // intervals are what a seeded draw must reproduce in any implementation.
+        let probs = [0.25, 0.5, 0.125, 0.125];
+        assert_eq!(
+            sample_top_p(&probs, 1.0, 0.5),
+            0,
+            "u = 0.5 is past token 1's [0, 0.5)"
+        );
+        assert_eq!(
+            sample_top_p(&probs, 1.0, 0.75),
+            2,
+            "u = 0.75 is past token 0's [0.5, 0.75)"
+        );
+        assert_eq!(sample_top_p(&probs, 1.0, 0.874_999_94), 2);
+    }
+
+    #[test]
     fn tokens_outside_the_nucleus_are_never_drawn() {
         let mut counts = [0usize; 4];
         for k in 0..1000 {

@@ -119,4 +119,11 @@ mod tests {
         // One block per request at most wasted: 17 positions take two blocks.
         assert_eq!(paged_admits(GIB, KV, 16, 17), 728);
     }
+
+    #[test]
+    fn a_request_holding_nothing_yet_still_takes_a_block() {
+        // Admitted before its first position is written, a request already owns one
+        // block: a pool of 10 blocks admits 10 such requests, not a division by zero.
+        assert_eq!(paged_admits(10 * 16 * KV, KV, 16, 0), 10);
+    }
 }

@@ -160,3 +160,42 @@ fn passes(ex: &Exercise) -> bool {
         Ok(Outcome::Pass)
     )
 }
+
+/// `list`: every exercise with the chapter that assigns it (the first page of `book/src/`,
+/// in SUMMARY.md's order, that names its file), without compiling anything.
+pub fn cmd_list() -> Result<bool, String> {
+    let list = load_exercises()?;
+    let book = exercises_dir().join("..").join("book").join("src");
+    let summary = fs::read_to_string(book.join("SUMMARY.md")).unwrap_or_default();
+    // `[Title](page.md)` links, in reading order.
+    let chapters: Vec<(String, String)> = summary
+        .lines()
+        .filter_map(|line| {
+            let (title, rest) = line.split_once('[')?.1.split_once("](")?;
+            let page = rest.split_once(')')?.0;
+            Some((title.to_string(), page.to_string()))
+        })
+        .collect();
+    let pages: Vec<(String, String)> = chapters
+        .iter()
+        .map(|(title, page)| {
+            let text = fs::read_to_string(book.join(page)).unwrap_or_default();
+            (title.clone(), text)
+        })
+        .collect();
+    let width = list.iter().map(|e| e.name.len()).max().unwrap_or(8).max(8);
+    println!("   #  {:width$}  {:44}  chapter", "exercise", "file");
+    for ex in &list {
+        let needle = format!("exercises/{}", ex.path);
+        let chapter = pages
+            .iter()
+            .find(|(_, text)| text.contains(&needle))
+            .map_or("-", |(title, _)| title.as_str());
+        println!(
+            "  {:02}  {:width$}  {:44}  {chapter}",
+            ex.number, ex.name, needle
+        );
+    }
+    println!("\n`{CMD} check` compiles and tests them; `{CMD} run N` runs one.");
+    Ok(true)
+}
