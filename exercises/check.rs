@@ -130,7 +130,7 @@ pub(crate) fn build_dir(kind: &str, ex: &Exercise) -> PathBuf {
         .join(dir)
 }
 
-fn run_all_stubs(list: &[Exercise]) -> Vec<Outcome> {
+pub(crate) fn run_all_stubs(list: &[Exercise]) -> Vec<Outcome> {
     par_map(list, |ex| {
         build_and_test(&ex.stub(), &build_dir("learner", ex), LEARNER_FLAGS)
             .unwrap_or_else(|e| Outcome::CompileError(format!("error: could not run rustc: {e}")))

@@ -3,14 +3,14 @@
 //! kept aside) and `engine` (your code inside kvlab, on the real model).
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread;
 use std::time::{Duration, SystemTime};
 
 use crate::build::{build_and_test, Outcome};
 use crate::info::{find_exercise, load_exercises, Exercise};
-use crate::{build_dir, exercises_dir, CMD, LEARNER_FLAGS};
+use crate::{build_dir, exercises_dir, run_all_stubs, CMD, LEARNER_FLAGS};
 
 /// `solution N`: prints exercise N's worked solution, only once the learner's file passes
 /// (reading it before is reading the answer; `--anyway` is there for the stuck).
@@ -51,10 +51,7 @@ pub fn cmd_reset(key: Option<&str>) -> Result<bool, String> {
         &list,
         key.ok_or("`reset` needs an exercise number or name")?,
     )?;
-    let repo = exercises_dir()
-        .parent()
-        .ok_or("exercises/ has no parent directory")?
-        .to_path_buf();
+    let repo = repo_dir()?;
     let tracked = format!("exercises/{}", ex.path);
     let stub = Command::new("git")
         .args(["show", &format!("HEAD:{tracked}")])
@@ -93,22 +90,22 @@ pub fn cmd_watch() -> Result<bool, String> {
             .max();
         if newest != seen {
             seen = newest;
-            match list.iter().find(|ex| !passes(ex)) {
+            // One build of every exercise, on all cores, as `check` does.
+            let outcomes = run_all_stubs(&list);
+            match outcomes.iter().position(|o| !matches!(o, Outcome::Pass)) {
                 None => {
                     println!("All {} exercises pass. Next: {CMD} engine", list.len());
                     return Ok(true);
                 }
-                Some(ex) => {
-                    let outcome =
-                        build_and_test(&ex.stub(), &build_dir("learner", ex), LEARNER_FLAGS)
-                            .map_err(|e| e.to_string())?;
+                Some(i) => {
+                    let (ex, outcome) = (&list[i], &outcomes[i]);
                     println!(
                         "\n== {}  (exercises/{}): {}",
                         ex.label(),
                         ex.path,
                         outcome.short()
                     );
-                    println!("{}", crate::build::excerpt(&outcome));
+                    println!("{}", crate::build::excerpt(outcome));
                     println!("(watching exercises/ for changes; Ctrl-C to stop; `{CMD} hint {}` for a nudge)", ex.number);
                 }
             }
@@ -121,10 +118,7 @@ pub fn cmd_watch() -> Result<bool, String> {
 /// (`src/learner.rs`) and runs them on SmolLM2: each function against kvlab's, then your
 /// naive path against your cached one, then your tokens against the engine's.
 pub fn cmd_engine() -> Result<bool, String> {
-    let repo = exercises_dir()
-        .parent()
-        .ok_or("exercises/ has no parent directory")?
-        .to_path_buf();
+    let repo = repo_dir()?;
     let args = [
         "run",
         "--release",
@@ -148,6 +142,14 @@ pub fn cmd_engine() -> Result<bool, String> {
         .status()
         .map_err(|e| format!("could not run cargo: {e}"))?;
     Ok(status.success())
+}
+
+/// The repository root: the folder holding `exercises/`.
+fn repo_dir() -> Result<PathBuf, String> {
+    exercises_dir()
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| "exercises/ has no parent directory".to_string())
 }
 
 fn env_cargo() -> String {
