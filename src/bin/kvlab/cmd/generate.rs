@@ -195,11 +195,8 @@ pub(crate) fn visible_text(tokenizer: &Tokenizer, ids: &[u32], eos_ids: &[u32]) 
     tokenizer.decode(&visible)
 }
 
+/// `kvlab generate` without `--speculative` (main.rs sends that to `cmd::speculative`).
 pub fn generate(args: GenerateArgs) -> Result<()> {
-    if args.spec.speculative.is_some() {
-        args.implementation.engine_only("--speculative")?;
-        return super::speculative::generate(args);
-    }
     let loaded = args.model.load(args.sampling.seed, true)?;
     let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
     let prompt_ids = args.prompt.token_ids(tokenizer, &model.config)?;
@@ -236,11 +233,8 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
+/// `kvlab compare` without `--speculative` (main.rs sends that to `cmd::speculative`).
 pub fn compare(args: CompareArgs) -> Result<()> {
-    if args.spec.speculative.is_some() {
-        args.implementation.engine_only("--speculative")?;
-        return super::speculative::compare(args);
-    }
     let loaded = args.model.load(args.sampling.seed, true)?;
     let model = &loaded.model;
     let prompt_ids = args
