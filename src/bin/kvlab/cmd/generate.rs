@@ -370,7 +370,7 @@ fn run_compare(
         // The engine as tests/textbook.rs checks it: f32 rows, a preallocated cache.
         let engine = Backend::Cpu(model);
         let (n, max_new) = (prompt_ids.len(), opts.max_new_tokens);
-        cmp.against_engine = Some(against_engine(
+        let mut against = against_engine(
             || engine.decoder(PathKind::Cached, layout, n, max_new),
             || backend.decoder(PathKind::Cached, layout, n, max_new),
             prompt_ids,
@@ -378,10 +378,9 @@ fn run_compare(
             &cmp.cached.generated_ids,
             implementation,
             files,
-        )?);
-        if let Some(a) = &mut cmp.against_engine {
-            a.kernels = kernels;
-        }
+        )?;
+        against.kernels = kernels;
+        cmp.against_engine = Some(against);
     }
     if let Some(tok) = tokenizer {
         cmp.cached.text = visible_text(tok, &cmp.cached.generated_ids, &opts.eos_ids)?;
