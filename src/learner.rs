@@ -230,7 +230,8 @@ pub fn tolerance(function: &str, scale: f32, max_pos: usize) -> f32 {
 struct Tally {
     calls: usize,
     max_abs_diff: f32,
-    finite: bool,
+    /// A call returned the wrong length, a NaN or an infinity.
+    broken: bool,
     max_abs_reference: f32,
 }
 
@@ -248,11 +249,8 @@ impl Checked<'_> {
     fn record(&self, which: usize, reference: &[f32], yours: &[f32]) {
         let mut tallies = self.tallies.borrow_mut();
         let t = &mut tallies[which];
-        if t.calls == 0 {
-            t.finite = true;
-        }
         t.calls += 1;
-        t.finite &= reference.len() == yours.len() && yours.iter().all(|x| x.is_finite());
+        t.broken |= reference.len() != yours.len() || yours.iter().any(|x| !x.is_finite());
         for (r, y) in reference.iter().zip(yours) {
             t.max_abs_diff = t.max_abs_diff.max((r - y).abs());
             t.max_abs_reference = t.max_abs_reference.max(r.abs());
@@ -332,7 +330,7 @@ pub fn check_kernels_of(
         .zip(checked.tallies.into_inner())
         .map(|(&(exercise, function), t)| {
             let tolerance = tolerance(function, t.max_abs_reference, max_pos);
-            let max_abs_diff = t.finite.then_some(t.max_abs_diff);
+            let max_abs_diff = (t.calls > 0 && !t.broken).then_some(t.max_abs_diff);
             KernelCheck {
                 exercise,
                 function,

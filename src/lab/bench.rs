@@ -4,7 +4,7 @@
 //! f32, bf16 from `Model::to_bf16`, int8 from `Model::to_int8`). Book: prefill-decode.md,
 //! roofline.md.
 
-use super::roof;
+use super::roof::{self, decode_bytes, prefill_flops};
 use super::timing::{machine_name, median_ms, synthetic_prompt};
 use crate::cache::PreallocatedCache;
 use crate::device::WeightLayout;
@@ -145,35 +145,6 @@ pub fn prefill<E: WeightElem>(
         fraction_of_fma_peak: flop_s / roofs.flop_per_s,
     })
 }
-
-// ANCHOR: roofline
-/// FLOPs of a prefill of `n` tokens: 2 per weight per token in the layers
-/// (multiply + add), the LM head for the last token only, and attention's
-/// `q·k` and `p·v` (2 x 2 x head_dim per query head per (query, key) pair, causal).
-pub fn prefill_flops<E: WeightElem>(model: &Model<E>, n: usize) -> f64 {
-    let c = &model.config;
-    let lm_head = E::weights(&model.lm_head);
-    let untied_head = if model.tied_embeddings { 0 } else { lm_head };
-    let layer_weights =
-        (model.n_params() - model.embed.len() - model.final_norm.len() - untied_head) as f64;
-    let pairs = (n * (n + 1) / 2) as f64;
-    let attention =
-        4.0 * (c.num_attention_heads * c.head_dim()) as f64 * pairs * c.num_hidden_layers as f64;
-    2.0 * layer_weights * n as f64 + 2.0 * lm_head as f64 + attention
-}
-
-/// Bytes a cached decode step must read from memory: every weight once, in the
-/// format it is stored in ([`roof::streamed_weight_bytes`]: 4 bytes a matrix weight in
-/// f32, 2 in bf16, 1.125 in int8; the LM head whole), one f32 embedding row, and the f32 K and V of
-/// every cached position in every layer.
-pub fn decode_bytes<E: WeightElem>(model: &Model<E>, context: usize) -> f64 {
-    let c = &model.config;
-    let f32_bytes = 4.0;
-    let embed_row = c.hidden_size as f64;
-    let kv = 2.0 * (c.num_hidden_layers * c.n_kv_heads() * c.head_dim() * context) as f64;
-    roof::streamed_weight_bytes(model) + (embed_row + kv) * f32_bytes
-}
-// ANCHOR_END: roofline
 
 // ANCHOR: memory_bandwidth
 /// This machine's memory read bandwidth, in bytes/s: the best of three passes summing a

@@ -13,11 +13,39 @@
 //! at run time), with no memory traffic at all. The bandwidth roof is
 //! [`super::bench::memory_bandwidth`].
 
-use super::bench::{decode_bytes, prefill_flops};
 use crate::model::Model;
 use crate::simd::WeightElem;
 
 pub use super::peak::{fma_peak, fma_peak_with, FmaPeak};
+
+// ANCHOR: roofline
+/// FLOPs of a prefill of `n` tokens: 2 per weight per token in the layers
+/// (multiply + add), the LM head for the last token only, and attention's
+/// `q·k` and `p·v` (2 x 2 x head_dim per query head per (query, key) pair, causal).
+pub fn prefill_flops<E: WeightElem>(model: &Model<E>, n: usize) -> f64 {
+    let c = &model.config;
+    let lm_head = E::weights(&model.lm_head);
+    let untied_head = if model.tied_embeddings { 0 } else { lm_head };
+    let layer_weights =
+        (model.n_params() - model.embed.len() - model.final_norm.len() - untied_head) as f64;
+    let pairs = (n * (n + 1) / 2) as f64;
+    let attention =
+        4.0 * (c.num_attention_heads * c.head_dim()) as f64 * pairs * c.num_hidden_layers as f64;
+    2.0 * layer_weights * n as f64 + 2.0 * lm_head as f64 + attention
+}
+
+/// Bytes a cached decode step must read from memory: every weight once, in the
+/// format it is stored in ([`streamed_weight_bytes`]: 4 bytes a matrix weight in
+/// f32, 2 in bf16, 1.125 in int8; the LM head whole), one f32 embedding row, and the f32 K and V of
+/// every cached position in every layer.
+pub fn decode_bytes<E: WeightElem>(model: &Model<E>, context: usize) -> f64 {
+    let c = &model.config;
+    let f32_bytes = 4.0;
+    let embed_row = c.hidden_size as f64;
+    let kv = 2.0 * (c.num_hidden_layers * c.n_kv_heads() * c.head_dim() * context) as f64;
+    streamed_weight_bytes(model) + (embed_row + kv) * f32_bytes
+}
+// ANCHOR_END: roofline
 
 // ANCHOR: intensity
 /// Bytes of the weights every forward pass reads once, whatever its token count: the

@@ -3,7 +3,7 @@
 //! with plus one token of its own, and the KV cache is rolled back past the rest.
 //! Chapter "Speculative decoding" (`book/src/speculative.md`).
 //!
-//! Reading order: [`drafter`] (the trait and the spec) → [`ngram`], [`early_exit`],
+//! Reading order: [`drafter`] (the trait) → [`spec`] (a drafter by name) → [`ngram`], [`early_exit`],
 //! [`bf16`] (three drafters) → [`verify`] (one pass, the longest agreeing prefix) →
 //! [`sampling`] (the accept/resample rule that keeps sampling exact) → [`decode`] (the
 //! loop, with rollback and the stop conditions of plain decoding) → the experiment in `lab::speculative`
@@ -19,13 +19,15 @@ pub mod drafter;
 pub mod early_exit;
 pub mod ngram;
 pub mod sampling;
+pub mod spec;
 pub mod verify;
 
 pub use decode::{generate_speculative, SpecGeneration};
-pub use drafter::{Draft, Drafter, DrafterSpec};
+pub use drafter::{Draft, Drafter};
 pub use early_exit::LmDrafter;
 pub use ngram::NgramDrafter;
 pub use sampling::AcceptRule;
+pub use spec::DrafterSpec;
 
 use crate::error::{Error, Result};
 use crate::model::Model;

@@ -112,7 +112,15 @@ enum Command {
 
 fn main() {
     let result = match Cli::parse().command {
+        // Speculative decoding is its own command module, which builds on generate's
+        // arguments; the choice is made here so that generate.rs never calls it back.
+        Command::Generate(args) if args.spec.speculative.is_some() => {
+            cmd::speculative::generate(args)
+        }
         Command::Generate(args) => cmd::generate::generate(args),
+        Command::Compare(args) if args.spec.speculative.is_some() => {
+            cmd::speculative::compare(args)
+        }
         Command::Compare(args) => cmd::generate::compare(args),
         Command::KvSize(args) => cmd::model::kv_size(args),
         Command::ImportGguf(args) => cmd::model::import_gguf(args),

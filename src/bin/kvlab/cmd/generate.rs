@@ -195,11 +195,8 @@ pub(crate) fn visible_text(tokenizer: &Tokenizer, ids: &[u32], eos_ids: &[u32]) 
     tokenizer.decode(&visible)
 }
 
+/// `kvlab generate` without `--speculative` (main.rs sends that to `cmd::speculative`).
 pub fn generate(args: GenerateArgs) -> Result<()> {
-    if args.spec.speculative.is_some() {
-        args.implementation.engine_only("--speculative")?;
-        return super::speculative::generate(args);
-    }
     let loaded = args.model.load(args.sampling.seed, true)?;
     let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
     let prompt_ids = args.prompt.token_ids(tokenizer, &model.config)?;
@@ -236,11 +233,8 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
+/// `kvlab compare` without `--speculative` (main.rs sends that to `cmd::speculative`).
 pub fn compare(args: CompareArgs) -> Result<()> {
-    if args.spec.speculative.is_some() {
-        args.implementation.engine_only("--speculative")?;
-        return super::speculative::compare(args);
-    }
     let loaded = args.model.load(args.sampling.seed, true)?;
     let model = &loaded.model;
     let prompt_ids = args
@@ -376,7 +370,7 @@ fn run_compare(
         // The engine as tests/textbook.rs checks it: f32 rows, a preallocated cache.
         let engine = Backend::Cpu(model);
         let (n, max_new) = (prompt_ids.len(), opts.max_new_tokens);
-        cmp.against_engine = Some(against_engine(
+        let mut against = against_engine(
             || engine.decoder(PathKind::Cached, layout, n, max_new),
             || backend.decoder(PathKind::Cached, layout, n, max_new),
             prompt_ids,
@@ -384,10 +378,9 @@ fn run_compare(
             &cmp.cached.generated_ids,
             implementation,
             files,
-        )?);
-        if let Some(a) = &mut cmp.against_engine {
-            a.kernels = kernels;
-        }
+        )?;
+        against.kernels = kernels;
+        cmp.against_engine = Some(against);
     }
     if let Some(tok) = tokenizer {
         cmp.cached.text = visible_text(tok, &cmp.cached.generated_ids, &opts.eos_ids)?;

@@ -104,6 +104,7 @@ fn spec_options(
 /// `kvlab generate --speculative DRAFTER [--draft-len K]`: streams the tokens as rounds
 /// emit them, then the usual figures and the drafter's (acceptance, tokens per pass).
 pub fn generate(args: GenerateArgs) -> Result<()> {
+    args.implementation.engine_only("--speculative")?;
     let spec = drafter_spec(&args.spec, args.path, &args.device)?;
     let loaded = args.model.load(args.sampling.seed, true)?;
     let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
@@ -140,6 +141,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
 /// `kvlab compare --speculative DRAFTER`: plain cached vs speculative on the same
 /// request. Greedy: the tokens must be identical (exit 1 if not).
 pub fn compare(args: CompareArgs) -> Result<()> {
+    args.implementation.engine_only("--speculative")?;
     let spec = drafter_spec(&args.spec, PathArg::Cached, &args.device)?;
     let loaded = args.model.load(args.sampling.seed, true)?;
     let (model, tokenizer) = (&loaded.model, loaded.tokenizer.as_ref());
