@@ -300,8 +300,9 @@ def check_numbers():
 
 
 # --------------------------------------------------------------------------------- template
-# Pages that are not chapters: they answer no question of the article.
-NOT_CHAPTERS = {"introduction.md", "glossary.md", "reading.md"}
+# Pages that are not chapters: they answer no question of the article (the contributors'
+# page is a map of the code).
+NOT_CHAPTERS = {"introduction.md", "glossary.md", "reading.md", "contributing.md"}
 
 
 def check_template_in(path: Path, text: str, appendix: bool = False):

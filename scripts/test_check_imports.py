@@ -42,6 +42,20 @@ class CheckImports(unittest.TestCase):
         })
         self.assertEqual(names(root), [["src/attention.rs", "src/cache/quant.rs"]])
 
+    def test_a_parent_calling_its_child_relatively_counts_but_a_facade_does_not(self):
+        root = crate({
+            "lib.rs": "pub mod simd;\n",
+            "simd/mod.rs": "mod portable;\npub use portable::tile;\npub const PANEL: usize = 32;\n",
+            "simd/portable.rs": "use super::PANEL;\npub fn tile() -> usize { PANEL }\n",
+        })
+        self.assertEqual(names(root), [])
+        root = crate({
+            "lib.rs": "pub mod simd;\n",
+            "simd/mod.rs": "mod portable;\npub const PANEL: usize = 32;\nfn rows() -> usize { portable::ROWS }\n",
+            "simd/portable.rs": "use super::PANEL;\npub const ROWS: usize = PANEL / 8;\n",
+        })
+        self.assertEqual(names(root), [["src/simd/mod.rs", "src/simd/portable.rs"]])
+
     def test_doc_links_comments_strings_and_test_modules_do_not(self):
         root = crate({
             "lib.rs": "pub mod a;\npub mod b;\n",

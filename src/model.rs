@@ -10,12 +10,13 @@
 //! - **naive** (`use_cache=False`): every step runs the *whole* sequence again,
 //!   and attention uses the K and V this very pass computed for every position;
 //! - **cached**: each pass runs only the new tokens, appends their K and V to
-//!   a cache ([`KvStore`]: preallocated, growable, paged or prefix-shared) and
+//!   a cache ([`KvStore`](crate::cache::KvStore): preallocated, growable, paged or prefix-shared) and
 //!   attends over everything the cache holds.
 
-use crate::attention::{Heads, KvView};
-use crate::batch::{BatchKv, Span};
-use crate::cache::KvStore;
+use crate::attention::Heads;
+use crate::cache::source::BatchKv;
+pub use crate::cache::source::KvSource;
+use crate::cache::view::KvView;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::ops;
@@ -72,17 +73,94 @@ pub struct Model<E = f32> {
 }
 // ANCHOR_END: weights
 
-// ANCHOR: kv_source
-/// Where attention reads keys and values from: the one difference between the two paths.
-pub enum KvSource<'a> {
-    /// Naive: no state between steps. The pass covers the whole sequence, so the
-    /// K and V it just computed *are* all the keys and values there are.
-    ThisPass,
-    /// Cached: append this pass's K and V to the cache, then attend over all of it.
-    /// Any layout will do (`&mut PreallocatedCache` converts to this): see `src/cache/`.
-    Cache(&'a mut dyn KvStore),
+/// Where one sequence's rows sit in the stacked batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    /// Index of its first row in `[total_rows, ..]`.
+    pub first_row: usize,
+    pub n_rows: usize,
+    /// Position of its first row in its own sequence (its RoPE angle).
+    pub start_pos: usize,
+    /// Rows its attention reads before its own: `start_pos`, unless its cache evicts.
+    pub rows_before: usize,
+    /// Whether its cache wants the attention its rows received (H2O).
+    pub observe: bool,
 }
-// ANCHOR_END: kv_source
+
+impl Span {
+    /// The spans of `batch`, one after another; an empty sequence is an error.
+    pub fn of_batch(batch: &[&[u32]], kv: &dyn BatchKv) -> Result<Vec<Span>> {
+        if batch.len() != kv.n_seqs() {
+            return Err(Error::Internal(format!(
+                "a batch of {} token lists for {} caches",
+                batch.len(),
+                kv.n_seqs()
+            )));
+        }
+        let mut first_row = 0;
+        let mut spans = Vec::with_capacity(batch.len());
+        for (i, tokens) in batch.iter().enumerate() {
+            if tokens.is_empty() {
+                return Err(Error::EmptyPrompt);
+            }
+            spans.push(Span {
+                first_row,
+                n_rows: tokens.len(),
+                start_pos: kv.start_pos(i)?,
+                rows_before: 0, // set once the caches are prepared
+                observe: false,
+            });
+            first_row += tokens.len();
+        }
+        if spans.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        Ok(spans)
+    }
+
+    /// The range of its rows in a `[total_rows, width]` buffer.
+    pub fn rows(&self, width: usize) -> std::ops::Range<usize> {
+        self.first_row * width..(self.first_row + self.n_rows) * width
+    }
+}
+
+// ANCHOR: observer
+/// What a caller may watch of the real pass, layer by layer: for sequence `seq` of the
+/// batch, its rotated queries `q` (`[rows, n_heads * head_dim]`), the keys and values
+/// its attention read (`kv`: `rows_before` rows before its own new ones), and what
+/// attention returned (`out`, `[rows, n_heads * head_dim]`). `lab/attention_map.rs`
+/// draws the attention probabilities from it; nothing else in the pass changes.
+pub trait PassObserver: Send {
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &mut self,
+        layer: usize,
+        seq: usize,
+        q: &[f32],
+        kv: &KvView,
+        rows_before: usize,
+        heads: Heads,
+        out: &[f32],
+    );
+}
+
+/// Nobody watching: the pass every caller but `attention-map` runs.
+pub struct NoObserver;
+
+impl PassObserver for NoObserver {
+    fn attention(
+        &mut self,
+        _: usize,
+        _: usize,
+        _: &[f32],
+        _: &KvView,
+        _: usize,
+        _: Heads,
+        _: &[f32],
+    ) {
+    }
+}
+// ANCHOR_END: observer
 
 /// Reads a standard-layout array as a slice. Every array here is built
 /// contiguous (by the loader or by `Array2::zeros`), so this cannot fail.
@@ -145,6 +223,17 @@ impl<E: WeightElem> Model<E> {
         batch: &[&[u32]],
         kv: &mut dyn BatchKv,
         n_layers: usize,
+    ) -> Result<Array2<f32>> {
+        self.forward_layers_observed(batch, kv, n_layers, &mut NoObserver)
+    }
+
+    /// [`Model::forward_layers`], with `observer` shown each layer's attention.
+    pub fn forward_layers_observed(
+        &self,
+        batch: &[&[u32]],
+        kv: &mut dyn BatchKv,
+        n_layers: usize,
+        observer: &mut dyn PassObserver,
     ) -> Result<Array2<f32>> {
         let layers = self.layers.get(..n_layers).ok_or_else(|| {
             Error::InvalidArgument(format!(
@@ -272,6 +361,10 @@ impl<E: WeightElem> Model<E> {
                         rows.attend_observed(q, span.rows_before, heads, span.observe)
                     })
                     .unzip();
+                for (i, (span, out)) in spans.iter().zip(&attn).enumerate() {
+                    let q = &q[span.rows(q_dim)];
+                    observer.attention(l, i, q, &kv_rows[i], span.rows_before, heads, out);
+                }
                 let attn = attn.concat(); // [n, n_heads * head_dim]
                 ops::add_inplace(x_s, &linear(&attn, &layer.wo));
 

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{bits, cached_step_logits, tiny_config};
-use kvlab::batch::PagedBatch;
+use kvlab::cache::source::PagedBatch;
 use kvlab::cache::{PagedCache, SeqId};
 use kvlab::model::KvSource;
 use kvlab::{Config, Error, Model};

@@ -18,8 +18,9 @@ mod common;
 
 use common::gpu::*;
 
-use kvlab::attention::{attention_over, causal_attention, Heads, Paged};
+use kvlab::attention::{attention_over, causal_attention, Heads};
 use kvlab::backend::Backend;
+use kvlab::cache::rows::Paged;
 use kvlab::cache::PreallocatedCache;
 use kvlab::cuda::weights::{GpuMatrix, RopeTables};
 use kvlab::cuda::{nvrtc, AttentionVersion, GpuKvCache, MatmulVersion};

@@ -5,7 +5,8 @@
 mod common;
 
 use common::{bits, tiny_config};
-use kvlab::cache::policy::{new_policy_store, KvPolicy, PolicyParams};
+use kvlab::cache::new_policy_store;
+use kvlab::cache::policy::{KvPolicy, PolicyParams};
 use kvlab::cache::quant::codec::{dequantize_i8, dequantize_u4, quantize_i8, quantize_u4};
 use kvlab::cache::quant::{reserved_bytes, FakeQuantCache, QuantCache};
 use kvlab::cache::KvStore;

@@ -9,7 +9,7 @@
 //! Each sequence keeps a *block table*: the list of blocks it holds, in order, like a
 //! process's page table. The blocks need not be adjacent in the pool, or in order:
 //! attention reads position `pos` through the table instead of at `pos * row` (kvlab:
-//! `attention::Paged`, `src/cache/paged/mod.rs`).
+//! `cache::rows::Paged`, `src/cache/paged/mod.rs`).
 //!
 //! This is one layer's pool with only keys, `[n_blocks, block_size, row]`; kvlab's has
 //! every layer, and values too.

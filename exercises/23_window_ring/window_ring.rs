@@ -18,7 +18,7 @@
 //! `evict_for_space`): afterwards the window holds the kept rows and the `n` new ones,
 //! never more than `window`.
 //!
-//! kvlab: `src/cache/window.rs` (`WindowCache::prepare`), `attention::Ring`, book
+//! kvlab: `src/cache/window.rs` (`WindowCache::prepare`), `cache::rows::Ring`, book
 //! chapter "Eviction and sliding windows".
 
 /// A window's bookkeeping (the K and V themselves would live in `window` slots).

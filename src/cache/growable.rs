@@ -17,8 +17,10 @@
 //! Layout: as the preallocated cache, `[n_layers, capacity, n_kv_heads, head_dim]`,
 //! so each layer's rows stay contiguous for attention; `capacity` changes on growth.
 
-use crate::attention::{Contiguous, KvView};
-use crate::cache::{zeroed_buffer, KvStore};
+use crate::cache::buffer::zeroed_buffer;
+use crate::cache::rows::Contiguous;
+use crate::cache::view::KvView;
+use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
 

@@ -23,8 +23,10 @@
 //! positions masked out (`src/cache/masked.rs`, the twin). Positions are true
 //! positions, as in the window cache.
 
-use crate::attention::{Contiguous, Indexed, KvView};
-use crate::cache::{zeroed_buffer, KvStore};
+use crate::cache::buffer::zeroed_buffer;
+use crate::cache::rows::{Contiguous, Indexed};
+use crate::cache::view::KvView;
+use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
 

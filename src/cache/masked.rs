@@ -15,8 +15,9 @@
 //! same logits, bit for bit (`tests/eviction.rs`). It holds everything, so it saves
 //! no memory: it exists to be compared with.
 
-use crate::attention::{Contiguous, Indexed, KvView};
 use crate::cache::h2o::check_budget;
+use crate::cache::rows::{Contiguous, Indexed};
+use crate::cache::view::KvView;
 use crate::cache::window::{check_window, window_pass_limit};
 use crate::cache::{KvStore, PreallocatedCache};
 use crate::config::Config;

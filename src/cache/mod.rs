@@ -14,7 +14,7 @@
 //!
 //! All four give bitwise-identical logits (`tests/caches.rs`): attention does the same
 //! arithmetic whatever the layout; only the address of row `j` differs
-//! ([`crate::attention::KvRows`]).
+//! ([`rows::KvRows`]).
 //!
 //! What is kept of each position (f32, int8, int4; all of it, or a window) is a second,
 //! independent choice: the `--kv` policy ([`policy`], [`quant`]; part "Shrinking the cache").
@@ -28,6 +28,8 @@
 //! positions; the difference is the waste the chapters "Cache layouts" and
 //! "Capacity" measure.
 
+pub mod buffer;
+pub mod build;
 pub mod growable;
 pub mod h2o;
 pub mod masked;
@@ -35,18 +37,22 @@ pub mod paged;
 pub mod policy;
 pub mod preallocated;
 pub mod quant;
+pub mod rows;
+pub mod source;
+pub mod view;
 pub mod window;
 
-use crate::attention::KvView;
+use crate::cache::view::KvView;
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use serde::Serialize;
 
+pub use build::{new_policy_store, new_store};
 pub use growable::GrowableCache;
 pub use h2o::H2oCache;
 pub use masked::{MaskRule, MaskedCache};
 pub use paged::{PagedCache, PagedSeq, SeqId};
-pub use policy::{new_policy_store, KvPolicy, PolicyParams};
+pub use policy::{KvPolicy, PolicyParams};
 pub use preallocated::PreallocatedCache;
 pub use window::WindowCache;
 
@@ -214,51 +220,7 @@ impl KvBytes {
     }
 }
 
-/// A cache of layout `kind` for one sequence of up to `capacity` positions.
-///
-/// Preallocated reserves all of `capacity` now; growable starts at
-/// [`growable::INITIAL_CAPACITY`] and doubles; paged and prefix get a pool of exactly
-/// `ceil(capacity / block_size)` blocks and take them one at a time.
-pub fn new_store(
-    config: &Config,
-    kind: CacheKind,
-    capacity: usize,
-    block_size: usize,
-) -> Result<Box<dyn KvStore>> {
-    Ok(match kind {
-        CacheKind::Preallocated => Box::new(PreallocatedCache::new(config, capacity)?),
-        CacheKind::Growable => Box::new(GrowableCache::new(config, growable::INITIAL_CAPACITY)?),
-        CacheKind::Paged | CacheKind::Prefix => Box::new(PagedSeq::single(
-            config,
-            block_size,
-            capacity.div_ceil(block_size.max(1)).max(1),
-            kind == CacheKind::Prefix,
-        )?),
-    })
-}
-
 /// Bytes of one position (K and V, every layer) in kvlab's f32 caches.
 pub fn bytes_per_token(config: &Config) -> usize {
     crate::kv_size::KvShape::of(config, crate::kv_size::KvDtype::F32).bytes_per_token()
-}
-
-/// A zeroed f32 buffer of `dims` (multiplied, checked), or [`Error::OutOfMemory`] naming
-/// `what` when the size overflows or the allocator says no: every cache layout allocates
-/// through here, so the largest reservation fails with a message instead of an abort.
-pub(crate) fn zeroed_buffer(what: &'static str, dims: &[usize]) -> Result<Vec<f32>> {
-    let too_big = || Error::OutOfMemory {
-        what: what.to_string(),
-        bytes: dims.iter().fold(size_of::<f32>() as u128, |a, &d| {
-            a.saturating_mul(d as u128)
-        }),
-    };
-    let len = dims
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .filter(|len| len.checked_mul(size_of::<f32>()).is_some())
-        .ok_or_else(too_big)?;
-    let mut buffer = Vec::new();
-    buffer.try_reserve_exact(len).map_err(|_| too_big())?;
-    buffer.resize(len, 0.0);
-    Ok(buffer)
 }

@@ -19,8 +19,6 @@
 
 use crate::cache::h2o::check_budget;
 use crate::cache::window::check_window;
-use crate::cache::{H2oCache, KvStore, PreallocatedCache, WindowCache};
-use crate::config::Config;
 use crate::error::{Error, Result};
 use serde::Serialize;
 
@@ -167,23 +165,3 @@ impl KvPolicy {
         matches!(self, KvPolicy::Full)
     }
 }
-
-// ANCHOR: policy_store
-/// A cache for one sequence of up to `capacity` positions, keeping what `policy` says.
-pub fn new_policy_store(
-    config: &Config,
-    policy: KvPolicy,
-    capacity: usize,
-) -> Result<Box<dyn KvStore>> {
-    match policy {
-        KvPolicy::Full => Ok(Box::new(PreallocatedCache::new(config, capacity)?)),
-        KvPolicy::Int8 | KvPolicy::Int4PerToken { .. } | KvPolicy::Int4Kivi { .. } => Ok(Box::new(
-            crate::cache::quant::QuantCache::new(config, policy, capacity)?,
-        )),
-        KvPolicy::Window { window, sinks } => {
-            Ok(Box::new(WindowCache::new(config, window, sinks)?))
-        }
-        KvPolicy::H2o { budget, recent } => Ok(Box::new(H2oCache::new(config, budget, recent)?)),
-    }
-}
-// ANCHOR_END: policy_store

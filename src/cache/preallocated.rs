@@ -13,8 +13,10 @@
 //! others (growable, paged, prefix-shared) are its siblings in `src/cache/`.
 //! Book: kv-cache.md.
 
-use crate::attention::{Contiguous, KvView};
-use crate::cache::{zeroed_buffer, KvStore};
+use crate::cache::buffer::zeroed_buffer;
+use crate::cache::rows::Contiguous;
+use crate::cache::view::KvView;
+use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
 

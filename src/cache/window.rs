@@ -13,7 +13,7 @@
 //! same at position 100 and at position 100 000: attention reads `window` rows.
 //!
 //! **Positions.** Keys are stored after RoPE, rotated once at their true position;
-//! attention reads them as they are, in position order ([`crate::attention::Ring`]).
+//! attention reads them as they are, in position order ([`crate::cache::rows::Ring`]).
 //! StreamingLLM instead re-numbers positions *within the cache* (sinks 0..4, the
 //! window 4..window) and rotates keys at every step, so that a text longer than the
 //! model's context never shows it a distance it was not trained on. kvlab keeps true
@@ -24,8 +24,10 @@
 //! Eviction happens in `prepare`, *before* the pass writes (as StreamingLLM's
 //! `evict_for_space`): the new tokens see at most `window` rows, themselves included.
 
-use crate::attention::{KvView, Ring};
-use crate::cache::{zeroed_buffer, KvStore};
+use crate::cache::buffer::zeroed_buffer;
+use crate::cache::rows::Ring;
+use crate::cache::view::KvView;
+use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
 

@@ -146,7 +146,7 @@ impl Gpu {
     /// `block_table[j / block_size]` of `k_pool`/`v_pool` (`[n_blocks, block_size,
     /// n_kv_heads, head_dim]`). The kernel is v2's body with another address, so it gives the
     /// bits v2 gives on the same rows stored contiguously. The table is checked here, on the
-    /// host, then copied to the GPU. CPU twin: `attention::attention_over` with `attention::Paged`.
+    /// host, then copied to the GPU. CPU twin: `attention::attention_over` with `cache::rows::Paged`.
     #[allow(clippy::too_many_arguments)]
     pub fn attention_paged(
         &self,

@@ -12,11 +12,11 @@
 //! tests and the offline benchmarks drive directly.
 
 use super::metrics::EngineMetrics;
-use super::request::{EngineConfig, Event, FinishReason, Policy, Request, SubmitError};
+use super::request::{validate, EngineConfig, Event, FinishReason, Policy, Request, SubmitError};
 use super::scheduler::{pick_batch, prefill_chunk, Budget, Candidate, Scheduled};
 use super::sequence::Sequence;
-use super::transfer::{KvTransfer, Role};
-use crate::batch::PagedBatch;
+use super::transfer::KvTransfer;
+use crate::cache::source::PagedBatch;
 use crate::cache::{PagedCache, SeqId};
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -67,20 +67,34 @@ impl StepReport {
     }
 }
 
+/// What an engine does with a request: both phases, or one half of a disaggregated
+/// pair (DistServe, Zhong et al. 2024; the rows travel as a [`KvTransfer`], `transfer.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// Prefill and decode (the default).
+    #[default]
+    Colocated,
+    /// Prefill only: after its first token a request leaves as a [`KvTransfer`]
+    /// (in `StepReport::transfers`).
+    PrefillOnly,
+    /// Decode only: requests come in through [`Engine::import`]; `add` refuses them.
+    DecodeOnly,
+}
+
 /// The synchronous engine: a waiting queue, the running sequences, one paged pool.
 pub struct Engine {
-    pub(super) model: Arc<Model>,
+    model: Arc<Model>,
     config: EngineConfig,
-    pub(super) cache: PagedCache,
-    pub(super) seqs: HashMap<u64, Sequence>,
+    cache: PagedCache,
+    seqs: HashMap<u64, Sequence>,
     /// Running sequences in admission order: the last is the youngest, preempted first.
-    pub(super) running: Vec<u64>,
+    running: Vec<u64>,
     waiting: VecDeque<u64>,
     cancelled: BTreeSet<u64>,
-    pub(super) next_id: u64,
+    next_id: u64,
     metrics: EngineMetrics,
-    /// Colocated (both phases), or one half of a disaggregated pair (`transfer.rs`).
-    pub(super) role: Role,
+    /// Colocated (both phases), or one half of a disaggregated pair.
+    role: Role,
 }
 
 impl Engine {
@@ -185,6 +199,46 @@ impl Engine {
             ..self.metrics.clone()
         }
     }
+
+    // ANCHOR: import_request
+    /// Takes over a request prefilled elsewhere, under the caller's `id`: its rows
+    /// written into blocks of this pool, and the request running in decode with its
+    /// first token already emitted. `QueueFull` when the pool lacks the blocks now (try
+    /// again after an iteration); `Invalid` when the transfer does not fit this model.
+    pub fn import(&mut self, id: u64, t: &KvTransfer) -> std::result::Result<(), SubmitError> {
+        t.check_fits(&self.model.config)
+            .map_err(SubmitError::Invalid)?;
+        if self.seqs.contains_key(&id) {
+            return Err(SubmitError::Invalid(Error::InvalidArgument(format!(
+                "request id {id} is already in the engine"
+            ))));
+        }
+        let request = t.request();
+        validate(&self.model, &self.config, &request).map_err(SubmitError::Invalid)?;
+        // Its prompt's blocks, plus one for the next token when the prompt fills its last.
+        if (t.prompt.len() + 1).div_ceil(self.cache.block_size()) > self.cache.available() {
+            return Err(SubmitError::QueueFull { retry_after_s: 0 });
+        }
+        let seq_id = t
+            .write_into(&mut self.cache)
+            .map_err(SubmitError::Invalid)?;
+        let mut seq = Sequence::new(id, request);
+        // The prefill engine's sampler drew once for the first token (when it draws at
+        // all: greedy does not); this one replays that draw so its next draws are the
+        // ones a colocated run makes. A one-token distribution costs exactly one draw.
+        seq.sampler.sample(&[0.0]).map_err(SubmitError::Invalid)?;
+        seq.tokens.push(t.first_token);
+        seq.generated = 1;
+        seq.n_computed = t.prompt.len();
+        seq.seq_id = Some(seq_id);
+        seq.cached_prompt_tokens = Some(0);
+        seq.last_token_at = Some(Instant::now());
+        self.seqs.insert(id, seq);
+        self.running.push(id);
+        self.next_id = self.next_id.max(id + 1);
+        Ok(())
+    }
+    // ANCHOR_END: import_request
 
     // ANCHOR: step
     /// One iteration: schedule, run one batched forward pass, sample, retire.
@@ -431,7 +485,15 @@ impl Engine {
                 Some(FinishReason::Length)
             } else if self.role == Role::PrefillOnly {
                 // Its prefill is done: its KV rows leave for the decode engine.
-                let transfer = self.export(id)?;
+                let seq = &self.seqs[&id];
+                let seq_id = seq.seq_id.expect("running");
+                let transfer = KvTransfer::from_cache(
+                    &self.cache,
+                    seq_id,
+                    &seq.request,
+                    token,
+                    &self.model.config,
+                )?;
                 self.remove(id)?;
                 report.transfers.push((id, transfer));
                 return Ok(());
@@ -472,34 +534,3 @@ fn blocks_for(cache: &PagedCache, seq_id: SeqId, rows: usize) -> usize {
     });
     new_blocks + shared_tail as usize
 }
-
-// ANCHOR: validate
-/// Whether `request` can ever run: a clear one-line error if not.
-pub fn validate(model: &Model, config: &EngineConfig, request: &Request) -> Result<()> {
-    let c = &model.config;
-    if request.prompt.is_empty() {
-        return Err(Error::EmptyPrompt);
-    }
-    if let Some(&id) = request.prompt.iter().find(|&&t| t as usize >= c.vocab_size) {
-        return Err(Error::TokenOutOfRange {
-            id,
-            vocab_size: c.vocab_size,
-        });
-    }
-    crate::generate::check_request(model, &request.prompt, request.max_tokens)?;
-    request.sampling.sampler_config().validate()?;
-    // The last token sampled is never fed back: prompt + max_tokens - 1 positions at most.
-    let positions = request.prompt.len() + request.max_tokens - 1;
-    let bs = config.block_size.max(1);
-    let n_blocks = config.kv_budget_bytes / crate::cache::paged::BlockPool::block_bytes(c, bs);
-    if positions.div_ceil(bs) > n_blocks {
-        return Err(Error::InvalidArgument(format!(
-            "prompt ({}) + max_tokens ({}) needs {} KV blocks of {bs} positions but the engine's whole pool holds {n_blocks}: shorten the request or give the engine a larger KV budget",
-            request.prompt.len(),
-            request.max_tokens,
-            positions.div_ceil(bs)
-        )));
-    }
-    Ok(())
-}
-// ANCHOR_END: validate

@@ -9,9 +9,9 @@
 //! which an async handler awaits and a test reads blocking. Dropping the stream cancels
 //! the request: the loop frees its blocks at its next iteration.
 
-use super::engine::{validate, Engine};
+use super::engine::Engine;
 use super::metrics::EngineMetrics;
-use super::request::{EngineConfig, Event, Request, SubmitError};
+use super::request::{validate, EngineConfig, Event, Request, SubmitError};
 use crate::error::Result;
 use crate::model::Model;
 use std::collections::HashMap;

@@ -3,15 +3,15 @@
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `request.rs` | the API: requests, sampling, events, policies, submit errors |
+//! | `request.rs` | the API: requests, sampling, events, policies, submit errors, and whether a request can ever run |
 //! | `sequence.rs` | one request inside the engine: tokens, how many are cached, its sampler |
 //! | `scheduler.rs` | which rows run next: the token budget, decodes first, prefill chunks |
 //! | `engine.rs` | one iteration: schedule, preempt, one batched forward pass, sample, retire |
 //! | `handle.rs` | the loop on its own thread; the handle and streams a server uses |
 //! | `metrics.rs` | counters and latency histograms |
-//! | `transfer.rs` | prefill/decode disaggregation: a finished prefill's KV rows, shipped |
+//! | `transfer.rs` | prefill/decode disaggregation: a finished prefill's KV rows and their wire format |
 //!
-//! The batched forward pass itself is `src/batch.rs`.
+//! The batched forward pass itself is `src/batch.rs`; what it asks of the pool, `src/cache/source.rs`.
 
 #[allow(clippy::module_inception)]
 mod engine;
@@ -22,11 +22,11 @@ pub mod scheduler;
 mod sequence;
 mod transfer;
 
-pub use engine::{validate, Engine, RowsRun, StepReport};
+pub use engine::{Engine, Role, RowsRun, StepReport};
 pub use handle::{EngineHandle, RequestStream};
 pub use metrics::{EngineMetrics, Histogram};
 pub use request::{
-    EngineConfig, Event, FinishReason, Policy, Request, SamplingParams, SubmitError,
+    validate, EngineConfig, Event, FinishReason, Policy, Request, SamplingParams, SubmitError,
 };
 pub use sequence::Sequence;
-pub use transfer::{KvTransfer, Role};
+pub use transfer::KvTransfer;

@@ -1,7 +1,8 @@
 //! What a client hands the engine and what it gets back: requests, sampling settings,
 //! events, the policies the scheduler can follow (book: scheduling.md).
 
-use crate::error::Error;
+use crate::error::{Error, Result};
+use crate::model::Model;
 use serde::{Deserialize, Serialize};
 
 /// How the scheduler forms batches.
@@ -164,3 +165,34 @@ impl std::fmt::Display for SubmitError {
 }
 
 impl std::error::Error for SubmitError {}
+
+// ANCHOR: validate
+/// Whether `request` can ever run: a clear one-line error if not.
+pub fn validate(model: &Model, config: &EngineConfig, request: &Request) -> Result<()> {
+    let c = &model.config;
+    if request.prompt.is_empty() {
+        return Err(Error::EmptyPrompt);
+    }
+    if let Some(&id) = request.prompt.iter().find(|&&t| t as usize >= c.vocab_size) {
+        return Err(Error::TokenOutOfRange {
+            id,
+            vocab_size: c.vocab_size,
+        });
+    }
+    crate::generate::check_request(model, &request.prompt, request.max_tokens)?;
+    request.sampling.sampler_config().validate()?;
+    // The last token sampled is never fed back: prompt + max_tokens - 1 positions at most.
+    let positions = request.prompt.len() + request.max_tokens - 1;
+    let bs = config.block_size.max(1);
+    let n_blocks = config.kv_budget_bytes / crate::cache::paged::BlockPool::block_bytes(c, bs);
+    if positions.div_ceil(bs) > n_blocks {
+        return Err(Error::InvalidArgument(format!(
+            "prompt ({}) + max_tokens ({}) needs {} KV blocks of {bs} positions but the engine's whole pool holds {n_blocks}: shorten the request or give the engine a larger KV budget",
+            request.prompt.len(),
+            request.max_tokens,
+            positions.div_ceil(bs)
+        )));
+    }
+    Ok(())
+}
+// ANCHOR_END: validate

@@ -8,27 +8,16 @@
 //! per prompt token (f32). The decode engine writes the rows into blocks of its own pool
 //! and the request carries on as if it had been prefilled there: the same rows, so the
 //! same logits, bit for bit (the twin test is `tests/disagg.rs`).
+//!
+//! This file knows the rows and the pool, not the engine: the engine's `Role`, and its
+//! `Engine::import` (which admits a transfer as a running request), are in `engine.rs`.
 
-use super::engine::Engine;
-use super::request::{Request, SamplingParams, SubmitError};
-use super::sequence::Sequence;
-use crate::attention::{KvRows, KvView};
-use crate::cache::KvStore;
+use super::request::{Request, SamplingParams};
+use crate::cache::rows::KvRows;
+use crate::cache::view::KvView;
+use crate::cache::{KvStore, PagedCache, SeqId};
+use crate::config::Config;
 use crate::error::{Error, Result};
-use std::time::Instant;
-
-/// What an engine does with a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Role {
-    /// Prefill and decode (the default).
-    #[default]
-    Colocated,
-    /// Prefill only: after its first token a request leaves as a [`KvTransfer`]
-    /// (in `StepReport::transfers`).
-    PrefillOnly,
-    /// Decode only: requests come in through [`Engine::import`]; `add` refuses them.
-    DecodeOnly,
-}
 
 // ANCHOR: kv_transfer
 /// A request whose prefill is done: what a decode engine needs to carry on.
@@ -201,18 +190,22 @@ impl<'a> Reader<'a> {
     }
 }
 
-impl Engine {
+impl KvTransfer {
     // ANCHOR: export
-    /// Request `id`'s finished prefill: its prompt, its first token, and every layer's
-    /// K and V for positions `0..prompt.len()`, read through its block table.
-    pub(super) fn export(&self, id: u64) -> Result<KvTransfer> {
-        let seq = &self.seqs[&id];
-        let seq_id = seq.seq_id.expect("running");
-        let len = seq.request.prompt.len();
-        let n_layers = self.model.config.num_hidden_layers;
+    /// Sequence `seq_id`'s finished prefill of `request`: every layer's K and V for
+    /// positions `0..prompt.len()`, read through its block table, and `first_token`.
+    pub fn from_cache(
+        cache: &PagedCache,
+        seq_id: SeqId,
+        request: &Request,
+        first_token: u32,
+        config: &Config,
+    ) -> Result<KvTransfer> {
+        let len = request.prompt.len();
+        let n_layers = config.num_hidden_layers;
         let (mut k, mut v) = (Vec::with_capacity(n_layers), Vec::with_capacity(n_layers));
         for layer in 0..n_layers {
-            let KvView::Paged(rows) = self.cache.read_seq(seq_id, layer, len) else {
+            let KvView::Paged(rows) = cache.read_seq(seq_id, layer, len) else {
                 return Err(Error::Internal(
                     "a paged cache gave a non-paged view".into(),
                 ));
@@ -225,98 +218,84 @@ impl Engine {
             );
         }
         Ok(KvTransfer {
-            prompt: seq.request.prompt.clone(),
-            first_token: *seq.tokens.last().expect("a token was just sampled"),
-            max_tokens: seq.request.max_tokens,
-            sampling: seq.request.sampling,
-            stop_ids: seq.request.stop_ids.clone(),
-            kv_dim: self.model.config.n_kv_heads() * self.model.config.head_dim(),
+            prompt: request.prompt.clone(),
+            first_token,
+            max_tokens: request.max_tokens,
+            sampling: request.sampling,
+            stop_ids: request.stop_ids.clone(),
+            kv_dim: config.n_kv_heads() * config.head_dim(),
             k,
             v,
         })
     }
     // ANCHOR_END: export
 
-    // ANCHOR: import
-    /// Takes over a request prefilled elsewhere, under the caller's `id`: blocks for its
-    /// prompt, its rows written into them, and the request running in decode with its
-    /// first token already emitted. `QueueFull` when the pool lacks the blocks now (try
-    /// again after an iteration); `Invalid` when the transfer does not fit this model.
-    pub fn import(&mut self, id: u64, t: &KvTransfer) -> std::result::Result<(), SubmitError> {
-        let c = &self.model.config;
-        let (len, kv_dim) = (t.prompt.len(), c.n_kv_heads() * c.head_dim());
-        let invalid = |why: String| SubmitError::Invalid(Error::InvalidArgument(why));
-        if t.n_layers() != c.num_hidden_layers || t.kv_dim != kv_dim {
-            return Err(invalid(format!(
-                "the KV transfer has {} layers of width {} but this model has {} of width {kv_dim}: prefill and decode engines must run the same model",
-                t.n_layers(), t.kv_dim, c.num_hidden_layers
-            )));
+    /// The request the transfer carries on.
+    pub fn request(&self) -> Request {
+        Request {
+            prompt: self.prompt.clone(),
+            max_tokens: self.max_tokens,
+            sampling: self.sampling,
+            stop_ids: self.stop_ids.clone(),
         }
-        if t.k
+    }
+
+    /// Whether these rows can be decoded by a model of `config`: a one-line error if not.
+    pub fn check_fits(&self, config: &Config) -> Result<()> {
+        let (len, kv_dim) = (self.prompt.len(), config.n_kv_heads() * config.head_dim());
+        let invalid = |why: String| Err(Error::InvalidArgument(why));
+        if self.n_layers() != config.num_hidden_layers || self.kv_dim != kv_dim {
+            return invalid(format!(
+                "the KV transfer has {} layers of width {} but this model has {} of width {kv_dim}: prefill and decode engines must run the same model",
+                self.n_layers(), self.kv_dim, config.num_hidden_layers
+            ));
+        }
+        if self
+            .k
             .iter()
-            .chain(&t.v)
+            .chain(&self.v)
             .any(|rows| rows.len() != len * kv_dim)
         {
-            return Err(invalid(format!(
+            return invalid(format!(
                 "the KV transfer's rows are not [{len} positions, {kv_dim}] in every layer"
-            )));
+            ));
         }
-        if t.max_tokens < 2 {
-            return Err(invalid(format!(
+        if self.max_tokens < 2 {
+            return invalid(format!(
                 "the KV transfer's max_tokens is {}: its one token came with it, nothing is left to decode",
-                t.max_tokens
-            )));
+                self.max_tokens
+            ));
         }
-        if self.seqs.contains_key(&id) {
-            return Err(invalid(format!("request id {id} is already in the engine")));
-        }
-        let request = Request {
-            prompt: t.prompt.clone(),
-            max_tokens: t.max_tokens,
-            sampling: t.sampling,
-            stop_ids: t.stop_ids.clone(),
-        };
-        super::engine::validate(&self.model, self.config(), &request)
-            .map_err(SubmitError::Invalid)?;
-        if (t.first_token as usize) >= c.vocab_size {
-            return Err(invalid(format!(
+        if (self.first_token as usize) >= config.vocab_size {
+            return invalid(format!(
                 "the first token {} is outside the vocabulary ({})",
-                t.first_token, c.vocab_size
-            )));
+                self.first_token, config.vocab_size
+            ));
         }
-        // Its prompt's blocks, plus one for the next token when the prompt fills its last.
-        if (len + 1).div_ceil(self.cache.block_size()) > self.cache.available() {
-            return Err(SubmitError::QueueFull { retry_after_s: 0 });
-        }
-        let seq_id = self.cache.add_sequence();
+        Ok(())
+    }
+
+    // ANCHOR: import
+    /// A new sequence of `cache` holding these rows: blocks for the prompt, every
+    /// layer's K and V written into them. On failure the blocks go back to the pool.
+    pub fn write_into(&self, cache: &mut PagedCache) -> Result<SeqId> {
+        let seq_id = cache.add_sequence();
         let written = (|| {
-            let mut store = self.cache.seq(seq_id)?;
-            store.prepare(&request.prompt)?;
-            for (layer, (k, v)) in t.k.iter().zip(&t.v).enumerate() {
+            let mut store = cache.seq(seq_id)?;
+            store.prepare(&self.prompt)?;
+            for (layer, (k, v)) in self.k.iter().zip(&self.v).enumerate() {
                 store.write(layer, k, v)?;
             }
-            store.advance(len);
+            store.advance(self.prompt.len());
             Ok(())
         })();
-        if let Err(e) = written {
-            self.cache.free(seq_id).map_err(SubmitError::Invalid)?;
-            return Err(SubmitError::Invalid(e));
+        match written {
+            Ok(()) => Ok(seq_id),
+            Err(e) => {
+                cache.free(seq_id)?;
+                Err(e)
+            }
         }
-        let mut seq = Sequence::new(id, request);
-        // The prefill engine's sampler drew once for the first token (when it draws at
-        // all: greedy does not); this one replays that draw so its next draws are the
-        // ones a colocated run makes. A one-token distribution costs exactly one draw.
-        seq.sampler.sample(&[0.0]).map_err(SubmitError::Invalid)?;
-        seq.tokens.push(t.first_token);
-        seq.generated = 1;
-        seq.n_computed = len;
-        seq.seq_id = Some(seq_id);
-        seq.cached_prompt_tokens = Some(0);
-        seq.last_token_at = Some(Instant::now());
-        self.seqs.insert(id, seq);
-        self.running.push(id);
-        self.next_id = self.next_id.max(id + 1);
-        Ok(())
     }
     // ANCHOR_END: import
 }

@@ -194,3 +194,12 @@ pub struct ErrorDetail {
     pub param: Option<String>,
     pub code: Option<&'static str>,
 }
+
+/// Which endpoint a response answers (and so the shape of its chunks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `chat.completion.chunk`, text in `choices[0].delta.content`.
+    Chat,
+    /// `text_completion`, text in `choices[0].text`.
+    Completion,
+}

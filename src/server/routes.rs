@@ -6,15 +6,16 @@
 //! piece ([`sse`]). Everything that goes wrong before the first byte of the answer is an
 //! [`ApiError`] with its status; the server itself never stops for a bad request.
 
+use super::app::{unix_time, App};
 use super::error::ApiError;
 use super::generation::{Generation, Piece};
+use super::openai::Endpoint;
 use super::openai::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionRequest, Completion,
     CompletionChoice, CompletionRequest, ModelCard, ModelList,
 };
-use super::sse::{self, Chunks, Endpoint};
+use super::sse::{self, Chunks};
 use super::validate::{self, Prepared};
-use super::App;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::http::header;
@@ -199,10 +200,4 @@ impl App {
             }
         }
     }
-}
-
-pub(crate) fn unix_time() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

@@ -8,9 +8,11 @@
 //! the engine frees its KV blocks at its next iteration. Nothing waits for a reader that
 //! will never come.
 
+use super::app::App;
 use super::generation::{Generation, Piece};
-use super::openai::{ChatCompletionChunk, ChunkChoice, Completion, CompletionChoice, Delta, Usage};
-use super::App;
+use super::openai::{
+    ChatCompletionChunk, ChunkChoice, Completion, CompletionChoice, Delta, Endpoint, Usage,
+};
 use crate::engine::RequestStream;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -19,15 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
-
-/// Which endpoint's chunks to send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    /// `chat.completion.chunk`, text in `choices[0].delta.content`.
-    Chat,
-    /// `text_completion`, text in `choices[0].text`.
-    Completion,
-}
 
 /// Builds the chunks of one response: same id, time and model in each.
 pub struct Chunks {

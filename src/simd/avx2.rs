@@ -6,8 +6,8 @@
 //! int8 decode strip: two 8-lane registers per int8 block (16 columns), two blocks
 //! side by side, their sums kept in registers over the block's 32 rows.
 
+use super::elem::{Scalar, PANEL};
 use super::q8::{Q8Block, Q8_COLS, Q8_ROWS};
-use super::{Scalar, PANEL};
 use std::arch::x86_64::*;
 
 /// Rows per prefill tile.

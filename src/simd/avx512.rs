@@ -8,8 +8,8 @@
 //! kept in registers over the block's 32 rows; [`Q8_GROUP`] blocks side by side, so
 //! that as many independent chains hide the fused multiply-add's latency.
 
+use super::elem::{Scalar, PANEL};
 use super::q8::{Q8Block, Q8_COLS, Q8_ROWS};
-use super::{Scalar, PANEL};
 use std::arch::x86_64::*;
 
 /// Rows per prefill tile.

@@ -13,7 +13,7 @@
 //!
 //! The third, int8, is a block of 32 x 16 weights with 16 scales ([`super::q8::Q8Block`]).
 
-use super::{Isa, PANEL};
+use super::isa::Isa;
 use crate::device::WeightLayout;
 use half::bf16;
 
@@ -85,30 +85,6 @@ pub trait Scalar: Copy + Send + Sync + 'static {
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
 }
 
-/// Every one-number format is a weight format: widen in place, run the scalar strip.
-impl<S: Scalar> WeightElem for S {
-    const NAME: &'static str = <S as Scalar>::NAME;
-
-    fn widen_row(w: &[S], d_out: usize, k: usize, j0: usize, dst: &mut [f32]) {
-        for (d, &src) in dst.iter_mut().zip(&w[k * d_out + j0..]) {
-            *d = src.to_f32();
-        }
-    }
-
-    fn strip(isa: Isa, x: &[f32], d_in: usize, w: &[S], d_out: usize, j0: usize, out: &mut [f32]) {
-        match isa {
-            // SAFETY: `Isa::Avx512` is only handed out by `Isa::available()` after
-            // `is_x86_feature_detected!("avx512f")` said yes on this CPU.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { super::avx512::strip(x, d_in, w, d_out, j0, out) },
-            // SAFETY: as above, for `avx2` and `fma`.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { super::avx2::strip(x, d_in, w, d_out, j0, out) },
-            _ => super::portable::strip(x, d_in, w, d_out, j0, out),
-        }
-    }
-}
-
 impl Scalar for f32 {
     const NAME: &'static str = "f32";
 
@@ -165,77 +141,5 @@ impl Scalar for bf16 {
     }
 }
 
-// ANCHOR: panel_layout
-/// A weight matrix stored **panel by panel**: its array is `[d_out / PANEL, d_in]` of
-/// `[S; PANEL]`, element `(p, k)` holding weights `[k][p·PANEL .. (p+1)·PANEL]`. One panel
-/// (`PANEL` = 32 output columns, all `d_in` rows) is one contiguous run of memory.
-///
-/// Why: a decode strip reads a few columns of every row of `w`. In the row layout
-/// (`[d_in, d_out]`) those are short pieces of rows `d_out` apart, a new 4 KiB page at
-/// almost every step of `k`, which the hardware prefetcher does not cross and the TLB
-/// does not hold; in panels the same bytes are one sequential stream, and decode reads
-/// them with prefill's register tile ([`Isa::tile`], its sums in registers for the whole
-/// `k` loop, each weight widened as it is loaded). Each output column is still the chain
-/// `fma(x[k], w[k][j], acc)` for `k = 0, 1, 2, ...`, so a panel model gives bitwise the
-/// logits of its row twin (`tests/panels.rs`); only the time changes (`kvlab bench
-/// --layout rows`; book: roofline.md).
-impl<S: Scalar> WeightElem for [S; PANEL] {
-    const NAME: &'static str = <S as Scalar>::NAME;
-    const BLOCK_COLS: usize = PANEL;
-    const LAYOUT: WeightLayout = WeightLayout::Panels;
-
-    fn widen_row(w: &[Self], d_out: usize, k: usize, j0: usize, dst: &mut [f32]) {
-        let d_in = w.len() * PANEL / d_out;
-        let row = &w[j0 / PANEL * d_in + k][j0 % PANEL..];
-        for (d, &src) in dst.iter_mut().zip(row) {
-            *d = src.to_f32();
-        }
-    }
-
-    fn strip(
-        isa: Isa,
-        x: &[f32],
-        d_in: usize,
-        w: &[Self],
-        d_out: usize,
-        j0: usize,
-        out: &mut [f32],
-    ) {
-        let n = x.len() / d_in;
-        let width = out.len() / n;
-        assert!(
-            j0.is_multiple_of(PANEL) && (width.is_multiple_of(PANEL) || j0 + width == d_out),
-            "a panel strip starts on a panel and covers whole panels"
-        );
-        let tile_rows = isa.tile_rows();
-        let mut sums = vec![0.0f32; tile_rows * PANEL]; // [tile_rows, PANEL]
-        for (i, panel) in w[j0 / PANEL * d_in..][..width.div_ceil(PANEL) * d_in]
-            .chunks_exact(d_in)
-            .enumerate()
-        {
-            // The panel is one contiguous `[d_in, PANEL]` run: prefill's register tile reads
-            // it in place, its 32 sums per row in registers for the whole `k` loop (a strip
-            // over rows would load and store them every few weights).
-            let cols = PANEL.min(width - i * PANEL);
-            for (x_tile, out_tile) in x
-                .chunks(tile_rows * d_in)
-                .zip(out.chunks_mut(tile_rows * width))
-            {
-                let sums = &mut sums[..x_tile.len() / d_in * PANEL];
-                isa.tile(x_tile, d_in, panel.as_flattened(), sums);
-                for (dst, src) in out_tile
-                    .chunks_exact_mut(width)
-                    .zip(sums.chunks_exact(PANEL))
-                {
-                    dst[i * PANEL..][..cols].copy_from_slice(&src[..cols]);
-                }
-            }
-        }
-    }
-
-    fn dims(w: &ndarray::Array2<Self>) -> (usize, usize) {
-        let (panels, d_in) = w.dim();
-        (d_in, panels * PANEL)
-    }
-}
-// ANCHOR_END: panel_layout
+/// Columns in one packed weight panel (prefill): two AVX-512 registers.
+pub const PANEL: usize = 32;

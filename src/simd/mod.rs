@@ -23,67 +23,24 @@
 //! side, never the arithmetic inside one (`tests/simd.rs` checks every version
 //! this CPU can run against the portable one, bit for bit).
 
-use serde::Serialize;
-use std::sync::OnceLock;
-
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
 mod elem;
+mod formats;
+mod isa;
 pub mod portable;
 pub mod q8;
 
-pub use elem::{Scalar, WeightElem};
+pub use elem::{Scalar, WeightElem, PANEL};
+pub use isa::Isa;
 pub use q8::Q8Block;
 
-/// Columns in one packed weight panel (prefill): two AVX-512 registers.
-pub const PANEL: usize = 32;
-
-/// An instruction set the kernels have a version for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Isa {
-    /// 16-lane f32 vectors (`avx512f`).
-    Avx512,
-    /// 8-lane f32 vectors with fused multiply-add (`avx2` + `fma`).
-    Avx2,
-    /// Plain Rust (`f32::mul_add`): the reference the others must match.
-    Portable,
-}
-
+// The dispatch: which version of each kernel runs on `self`. It lives here, above the
+// three versions, because each of them reads the formats of `elem.rs` and none of them
+// needs to know the others exist.
 impl Isa {
-    /// The best version this CPU can run, detected once (`cpuid`) and remembered.
-    pub fn detected() -> Isa {
-        static DETECTED: OnceLock<Isa> = OnceLock::new();
-        *DETECTED.get_or_init(|| Isa::available()[0])
-    }
-
-    /// Every version this CPU can run, best first (the last is always `Portable`).
-    pub fn available() -> Vec<Isa> {
-        let mut isas = Vec::new();
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx512f") {
-                isas.push(Isa::Avx512);
-            }
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                isas.push(Isa::Avx2);
-            }
-        }
-        isas.push(Isa::Portable);
-        isas
-    }
-
-    /// f32 lanes per vector register.
-    pub fn lanes(self) -> usize {
-        match self {
-            Isa::Avx512 => 16,
-            Isa::Avx2 => 8,
-            Isa::Portable => 1,
-        }
-    }
-
     /// Rows of `x` one prefill tile covers (its sums fill the register file).
     pub fn tile_rows(self) -> usize {
         match self {

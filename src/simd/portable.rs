@@ -2,8 +2,8 @@
 //! hardware instruction). The reference the SIMD versions must match bit for bit,
 //! and what runs on a CPU without AVX2.
 
+use super::elem::{Scalar, PANEL};
 use super::q8::{Q8Block, Q8_COLS, Q8_ROWS};
-use super::{Scalar, PANEL};
 
 /// Rows per prefill tile.
 pub const TILE_ROWS: usize = 4;

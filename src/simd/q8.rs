@@ -18,7 +18,6 @@
 //! 1.125 (the scales are kept widened to f32 so that one load gives the 16 lanes; GGUF's
 //! f16 scales would make it 1.0625).
 
-use super::{Isa, WeightElem};
 use half::f16;
 use ndarray::Array2;
 use rayon::prelude::*;
@@ -111,8 +110,8 @@ pub fn quantize(w: &Array2<f32>) -> Result<Array2<Q8Block>, String> {
 
 /// The f32 matrix of the blocks' exact values, `[d_in, d_out]`: the int8 model's plain twin.
 pub fn dequantize(w: &Array2<Q8Block>) -> Array2<f32> {
-    let (d_in, d_out) = Q8Block::dims(w);
-    Array2::from_shape_fn((d_in, d_out), |(k, j)| {
+    let (row_blocks, col_blocks) = w.dim(); // [d_in / Q8_ROWS, d_out / Q8_COLS]
+    Array2::from_shape_fn((row_blocks * Q8_ROWS, col_blocks * Q8_COLS), |(k, j)| {
         w[[k / Q8_ROWS, j / Q8_COLS]].weight(k % Q8_ROWS, j % Q8_COLS)
     })
 }
@@ -132,47 +131,4 @@ pub fn round_trip_q8_0(row: &[f32]) -> Result<Vec<f32>, String> {
         out.extend(q.iter().map(|&q| q as f32 * d));
     }
     Ok(out)
-}
-
-impl WeightElem for Q8Block {
-    const NAME: &'static str = "int8";
-    const BLOCK_ROWS: usize = Q8_ROWS;
-    const BLOCK_COLS: usize = Q8_COLS;
-
-    fn widen_row(w: &[Q8Block], d_out: usize, k: usize, j0: usize, dst: &mut [f32]) {
-        let row = &w[k / Q8_ROWS * (d_out / Q8_COLS)..][..d_out / Q8_COLS];
-        for (c, d) in dst.iter_mut().enumerate() {
-            let j = j0 + c;
-            *d = row[j / Q8_COLS].weight(k % Q8_ROWS, j % Q8_COLS);
-        }
-    }
-
-    fn strip(
-        isa: Isa,
-        x: &[f32],
-        d_in: usize,
-        w: &[Q8Block],
-        d_out: usize,
-        j0: usize,
-        out: &mut [f32],
-    ) {
-        let width = out.len() / (x.len() / d_in);
-        assert!(
-            d_in.is_multiple_of(Q8_ROWS)
-                && d_out.is_multiple_of(Q8_COLS)
-                && j0.is_multiple_of(Q8_COLS)
-                && width.is_multiple_of(Q8_COLS),
-            "an int8 strip covers whole blocks"
-        );
-        match isa {
-            // SAFETY: `Isa::Avx512` is only handed out by `Isa::available()` after
-            // `is_x86_feature_detected!("avx512f")` said yes on this CPU.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { super::avx512::strip_q8(x, d_in, w, d_out, j0, out) },
-            // SAFETY: as above, for `avx2` and `fma`.
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => unsafe { super::avx2::strip_q8(x, d_in, w, d_out, j0, out) },
-            _ => super::portable::strip_q8(x, d_in, w, d_out, j0, out),
-        }
-    }
 }

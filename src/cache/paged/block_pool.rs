@@ -13,7 +13,7 @@
 //! prefix): its reference count says how many. The pool does not know *who* holds a
 //! block; [`super::PagedCache`] keeps the block tables and checks that counts match.
 
-use crate::cache::zeroed_buffer;
+use crate::cache::buffer::zeroed_buffer;
 use crate::config::Config;
 use crate::error::{Error, Result};
 

@@ -21,7 +21,7 @@
 //! This file: the pool's sequences, then the write path (`prepare_seq` → `write_seq` →
 //! `advance_seq`, `truncate_seq`), which [`PagedSeq`] (`seq.rs`) exposes as the
 //! [`crate::cache::KvStore`] verbs so the model runs on it unchanged; attention reads
-//! through the block table ([`crate::attention::Paged`]). The allocator's invariants,
+//! through the block table ([`crate::cache::rows::Paged`]). The allocator's invariants,
 //! checked by the property tests, are in `invariants.rs`; the block memory in
 //! [`block_pool`]. Book: paged-attention.md, prefix-caching.md.
 
@@ -33,7 +33,8 @@ mod seq;
 pub use block_pool::{BlockId, BlockPool};
 pub use seq::PagedSeq;
 
-use crate::attention::{KvView, Paged};
+use crate::cache::rows::Paged;
+use crate::cache::view::KvView;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use prefix::PrefixIndex;

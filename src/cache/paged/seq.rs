@@ -4,7 +4,7 @@
 //! Book: paged-attention.md.
 
 use super::{PagedCache, SeqId, Sequence};
-use crate::attention::KvView;
+use crate::cache::view::KvView;
 use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::Result;

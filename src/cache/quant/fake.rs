@@ -9,9 +9,11 @@
 
 use super::codec::{fake_quantize_i8, fake_quantize_u4};
 use super::{schemes, Scheme};
-use crate::attention::{Contiguous, KvView};
+use crate::cache::buffer::zeroed_buffer;
 use crate::cache::policy::KvPolicy;
-use crate::cache::{zeroed_buffer, KvStore};
+use crate::cache::rows::Contiguous;
+use crate::cache::view::KvView;
+use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
 

@@ -14,7 +14,7 @@
 //!
 //! Attention never sees an f32 copy of the cache: [`QuantRows`] dequantizes one head's
 //! `head_dim` run of one position into a small buffer inside the attention loop
-//! ([`crate::attention::KvHeads`]). Its twin, [`FakeQuantCache`] (`fake.rs`), is an f32
+//! ([`crate::cache::rows::KvHeads`]). Its twin, [`FakeQuantCache`] (`fake.rs`), is an f32
 //! cache holding quantized-then-dequantized values: the two give bitwise-equal logits
 //! (`tests/quant.rs`), so everything the quantized cache changes is the rounding itself.
 //!
@@ -23,13 +23,15 @@
 
 pub mod codec;
 mod fake;
+pub mod rows;
 mod side;
 
 pub use fake::FakeQuantCache;
+pub use rows::QuantRows;
 pub use side::{Scheme, Side, SideRows};
 
-use crate::attention::{KvHeads, KvView};
 use crate::cache::policy::KvPolicy;
+use crate::cache::view::KvView;
 use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -174,42 +176,6 @@ impl KvStore for QuantCache {
         self.keys.bytes_used(self.len) + self.values.bytes_used(self.len)
     }
 }
-
-// ANCHOR: quant_rows
-/// One layer of a quantized cache, for attention: each `head_dim` run is dequantized
-/// into the caller's buffer when attention asks for it, with the codec's one formula.
-pub struct QuantRows<'a> {
-    pub keys: SideRows<'a>,
-    pub values: SideRows<'a>,
-}
-
-impl KvHeads for QuantRows<'_> {
-    #[inline]
-    fn key_head<'s>(
-        &'s self,
-        j: usize,
-        kv_head: usize,
-        head_dim: usize,
-        scratch: &'s mut [f32],
-    ) -> &'s [f32] {
-        self.keys
-            .dequantize(j, kv_head * head_dim, head_dim, scratch);
-        &scratch[..head_dim]
-    }
-    #[inline]
-    fn value_head<'s>(
-        &'s self,
-        j: usize,
-        kv_head: usize,
-        head_dim: usize,
-        scratch: &'s mut [f32],
-    ) -> &'s [f32] {
-        self.values
-            .dequantize(j, kv_head * head_dim, head_dim, scratch);
-        &scratch[..head_dim]
-    }
-}
-// ANCHOR_END: quant_rows
 
 // ANCHOR: quant_bytes
 /// Bytes a [`QuantCache`] of `capacity` positions reserves: per layer, each side's codes

@@ -18,7 +18,7 @@
 //! *residual* of `group` rows.
 
 use super::codec::{dequantize_i8, dequantize_u4, pack_u4, quantize_i8, quantize_u4};
-use crate::cache::zeroed_buffer;
+use crate::cache::buffer::zeroed_buffer;
 use crate::error::Result;
 
 /// How one side's values share scales.

@@ -3,7 +3,7 @@
 //! token (the attention sink).
 
 use super::chart::{self, Axis, Chart, DrawResult, Series, Style, PURPLE};
-use super::{array, num, nums, Data};
+use super::data::{array, num, nums, Data};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 

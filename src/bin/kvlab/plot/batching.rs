@@ -5,7 +5,7 @@
 //! prompt is prefilled whole or in chunks).
 
 use super::chart::{self, Axis, Chart, Series, Style, BLUE, GREY, RED};
-use super::{array, field, num, Data};
+use super::data::{array, field, num, Data};
 use chart::DrawResult;
 use plotters::prelude::*;
 

@@ -3,7 +3,7 @@
 //! (`kvlab prefix`) and multi-turn TTFT with and without reuse (`kvlab chat`).
 
 use super::chart::{self, Axis, Chart, DrawResult, Series, Style, BLUE, GREEN, PURPLE, RED};
-use super::{array, field, num, nums, thousands, Data};
+use super::data::{array, field, num, nums, thousands, Data};
 use plotters::prelude::*;
 use serde_json::Value;
 

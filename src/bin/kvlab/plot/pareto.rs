@@ -2,7 +2,7 @@
 //! rows make the figure (`kvlab plot eval_pareto`) and the table (`kvlab eval-table`).
 
 use super::chart::{self, Axis, Chart, Series, Style, BLUE, GREEN, GREY, PURPLE, RED};
-use super::{field, num, Data};
+use super::data::{field, num, Data};
 use chart::DrawResult;
 use plotters::prelude::SeriesLabelPosition;
 use serde_json::Value;
@@ -156,7 +156,7 @@ pub fn eval_pareto(data: &Data) -> DrawResult<(String, String)> {
 /// A decode step's median time against the context: the full cache's grows, a window's stays flat.
 pub fn evict_speed(data: &Data) -> DrawResult<(String, String)> {
     let report = data.json("eval_evict_speed.json")?;
-    let points = super::array(&report, "points")?;
+    let points = super::data::array(&report, "points")?;
     let mut caches: Vec<(String, Vec<&Value>)> = Vec::new();
     for p in points {
         let name = text(p, "cache")?;

@@ -5,7 +5,7 @@
 //! waited for it.
 
 use super::chart::{self, Axis, Chart, Series, Style, BLUE, RED};
-use super::{array, field, num, nums, Data};
+use super::data::{array, field, num, nums, Data};
 use chart::DrawResult;
 use plotters::prelude::*;
 

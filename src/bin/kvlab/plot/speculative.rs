@@ -5,7 +5,7 @@
 //! Read from `kvlab spec-sweep --json`.
 
 use super::chart::{self, Axis, Chart, Series, Style, BLUE, GREEN, GREY, PURPLE, RED};
-use super::{array, field, num, Data};
+use super::data::{array, field, num, Data};
 use chart::DrawResult;
 use plotters::prelude::*;
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! time (`kvlab compare`), and §3.2's long contexts (`kvlab gqa --sweep`).
 
 use super::chart::{self, Axis, Chart, DrawResult, Series, Style, BLUE, GREEN, GREY, RED};
-use super::{array, field, num, Data};
+use super::data::{array, field, num, Data};
 use plotters::prelude::SeriesLabelPosition;
 use serde_json::Value;
 
@@ -213,7 +213,7 @@ pub fn roofline(data: &Data) -> DrawResult<(String, String)> {
 pub fn cumulative_time(data: &Data) -> DrawResult<(String, String)> {
     let compare = data.json("compare.json")?;
     let cumulative = |path: &str| -> DrawResult<Vec<(f64, f64)>> {
-        let ms = super::nums(field(&compare, path)?, "token_ms")?;
+        let ms = super::data::nums(field(&compare, path)?, "token_ms")?;
         let mut total = 0.0;
         Ok(ms
             .iter()
@@ -228,8 +228,8 @@ pub fn cumulative_time(data: &Data) -> DrawResult<(String, String)> {
     let (_, (nx, ny)) = first_last(&naive)?;
     let (_, (cx, cy)) = first_last(&cached)?;
     let prompt_len = array(field(&compare, "cached")?, "prompt_ids")?.len();
-    let naive_ms = super::nums(field(&compare, "naive")?, "token_ms")?;
-    let cached_ms = super::nums(field(&compare, "cached")?, "token_ms")?;
+    let naive_ms = super::data::nums(field(&compare, "naive")?, "token_ms")?;
+    let cached_ms = super::data::nums(field(&compare, "cached")?, "token_ms")?;
     let chart = Chart {
         title: format!("Total time to generate N tokens (prompt of {prompt_len} tokens)"),
         x: Axis::linear("tokens generated"),

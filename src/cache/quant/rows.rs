@@ -1,0 +1,42 @@
+//! A quantized cache's view of one layer, as attention reads it: codes and scales,
+//! dequantized one head's `head_dim` run at a time into the caller's scratch buffer
+//! (book: kv-quantization.md).
+
+use crate::cache::quant::side::SideRows;
+use crate::cache::rows::KvHeads;
+
+// ANCHOR: quant_rows
+/// One layer of a quantized cache, for attention: each `head_dim` run is dequantized
+/// into the caller's buffer when attention asks for it, with the codec's one formula.
+pub struct QuantRows<'a> {
+    pub keys: SideRows<'a>,
+    pub values: SideRows<'a>,
+}
+
+impl KvHeads for QuantRows<'_> {
+    #[inline]
+    fn key_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        scratch: &'s mut [f32],
+    ) -> &'s [f32] {
+        self.keys
+            .dequantize(j, kv_head * head_dim, head_dim, scratch);
+        &scratch[..head_dim]
+    }
+    #[inline]
+    fn value_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        scratch: &'s mut [f32],
+    ) -> &'s [f32] {
+        self.values
+            .dequantize(j, kv_head * head_dim, head_dim, scratch);
+        &scratch[..head_dim]
+    }
+}
+// ANCHOR_END: quant_rows

@@ -1,0 +1,107 @@
+//! What every handler shares: the engine, the tokenizer, the served model's limits, and
+//! the counters of refused requests.
+
+use super::metrics::ServerCounters;
+use super::openai::Endpoint;
+use super::validate::ServedModel;
+use crate::engine::{EngineConfig, EngineHandle};
+use crate::error::Result;
+use crate::model::Model;
+use crate::tokenizer::Tokenizer;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The name clients send as `"model"`.
+    pub model_name: String,
+    pub engine: EngineConfig,
+    /// Larger request bodies are refused with 413 before they are parsed.
+    pub max_body_bytes: usize,
+    /// `max_tokens` when a request gives none.
+    pub default_max_tokens: usize,
+}
+
+impl ServerConfig {
+    pub fn new(model_name: &str) -> ServerConfig {
+        ServerConfig {
+            model_name: model_name.to_string(),
+            engine: EngineConfig::default(),
+            // A prompt of the whole 8192-token context is ~40 KB of text.
+            max_body_bytes: 1 << 20,
+            default_max_tokens: 256,
+        }
+    }
+}
+
+/// What every handler shares: the engine, the tokenizer, the served model's limits.
+pub struct App {
+    pub engine: EngineHandle,
+    pub tokenizer: Tokenizer,
+    pub served: ServedModel,
+    pub policy: crate::engine::Policy,
+    pub(super) max_body_bytes: usize,
+    /// Unix time the server started (`/v1/models`' `created`).
+    pub(super) started: u64,
+    next_response: AtomicU64,
+    pub(super) rejected_queue_full: AtomicU64,
+    pub(super) rejected_invalid: AtomicU64,
+}
+
+impl App {
+    /// Starts the engine on `model` and wraps it for the routes.
+    pub fn new(model: Arc<Model>, tokenizer: Tokenizer, config: ServerConfig) -> Result<Arc<App>> {
+        let served = ServedModel {
+            name: config.model_name.clone(),
+            max_context: model.config.max_position_embeddings,
+            vocab_size: model.config.vocab_size,
+            eos_ids: model.config.eos_ids(),
+            default_max_tokens: config.default_max_tokens,
+        };
+        let policy = config.engine.policy;
+        let engine = EngineHandle::spawn(model, config.engine)?;
+        Ok(Arc::new(App {
+            engine,
+            tokenizer,
+            served,
+            policy,
+            max_body_bytes: config.max_body_bytes,
+            started: unix_time(),
+            next_response: AtomicU64::new(0),
+            rejected_queue_full: AtomicU64::new(0),
+            rejected_invalid: AtomicU64::new(0),
+        }))
+    }
+
+    pub(super) fn response_id(&self, endpoint: Endpoint) -> String {
+        let n = self.next_response.fetch_add(1, Ordering::Relaxed);
+        match endpoint {
+            Endpoint::Chat => format!("chatcmpl-{n}"),
+            Endpoint::Completion => format!("cmpl-{n}"),
+        }
+    }
+
+    /// A seed for a sampled request that brings none: differs between requests (as
+    /// OpenAI's unseeded sampling does), from the clock and a counter.
+    pub(super) fn fallback_seed(&self) -> u64 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        nanos ^ self.next_response.load(Ordering::Relaxed).rotate_left(32)
+    }
+
+    pub(super) fn counters(&self) -> ServerCounters {
+        ServerCounters {
+            rejected_queue_full: self.rejected_queue_full.load(Ordering::Relaxed),
+            rejected_invalid: self.rejected_invalid.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Seconds since the Unix epoch (OpenAI's `created`).
+pub fn unix_time() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
