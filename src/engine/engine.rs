@@ -12,7 +12,7 @@
 //! tests and the offline benchmarks drive directly.
 
 use super::metrics::EngineMetrics;
-use super::request::{validate, EngineConfig, Event, FinishReason, Policy, Request, SubmitError};
+use super::request::{validate, EngineConfig, Event, FinishReason, Request, SubmitError};
 use super::scheduler::{pick_batch, prefill_chunk, Budget, Candidate, Scheduled};
 use super::sequence::Sequence;
 use super::transfer::KvTransfer;
@@ -268,10 +268,11 @@ impl Engine {
     /// each given its blocks or making room by preemption; then waiting requests, in
     /// arrival order, while the budget and the pool allow.
     fn schedule(&mut self, report: &mut StepReport) -> Result<Vec<Scheduled>> {
+        let rules = self.config.policy.rules();
         let budget = Budget {
             max_tokens: self.config.max_batch_tokens,
             max_seqs: self.config.max_batch_seqs,
-            chunked: self.config.policy == Policy::ContinuousChunked,
+            chunked: rules.chunked_prefill(),
         };
         let candidates: Vec<Candidate> = (self.running.iter())
             .map(|id| Candidate {
@@ -300,15 +301,9 @@ impl Engine {
                 report.preempted.push(victim);
             }
         }
-        // Admission: Static and Sequential only start a batch when the last one is done.
-        let may_admit = match self.config.policy {
-            Policy::Sequential | Policy::Static => self.running.is_empty(),
-            Policy::Continuous | Policy::ContinuousChunked => true,
-        };
-        let max_running = match self.config.policy {
-            Policy::Sequential => 1,
-            _ => usize::MAX,
-        };
+        // Admission, as the policy says (Static and Sequential wait for an empty engine).
+        let may_admit = rules.may_admit(self.running.len());
+        let max_running = rules.max_running();
         let mut tokens_left = budget.max_tokens.saturating_sub(total_rows(&batch));
         let mut first_prefill = batch.iter().all(|s| self.seqs[&s.id].rows_left() == 1);
         while let Some(&id) = self.waiting.front() {

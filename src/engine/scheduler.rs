@@ -11,7 +11,84 @@
 //! every iteration then takes about the same time, and the decodes never stall.
 //!
 //! These functions only count tokens; the engine (`engine.rs`) then checks that the
-//! KV pool has blocks for what was picked, and preempts if it has not.
+//! KV pool has blocks for what was picked, and preempts if it has not. What differs
+//! between the scheduling policies is [`PolicyRules`], one small impl each.
+
+use super::request::Policy;
+
+// ANCHOR: policy_rules
+/// What a scheduling policy decides, and nothing else: the rest of the loop is the same
+/// for every policy. One small impl per [`Policy`], read here and nowhere else.
+pub trait PolicyRules: Sync {
+    /// Whether a prompt may run a part at a time under the token budget (Sarathi).
+    fn chunked_prefill(&self) -> bool;
+    /// Whether waiting requests may start in this iteration, with `running` in flight.
+    fn may_admit(&self, running: usize) -> bool;
+    /// The most requests running at once.
+    fn max_running(&self) -> usize {
+        usize::MAX
+    }
+}
+
+/// One request at a time, to completion: the baseline.
+pub struct Sequential;
+impl PolicyRules for Sequential {
+    fn chunked_prefill(&self) -> bool {
+        false
+    }
+    fn may_admit(&self, running: usize) -> bool {
+        running == 0
+    }
+    fn max_running(&self) -> usize {
+        1
+    }
+}
+
+/// A batch starts only when the last one is done: it waits for its slowest member.
+pub struct Static;
+impl PolicyRules for Static {
+    fn chunked_prefill(&self) -> bool {
+        false
+    }
+    fn may_admit(&self, running: usize) -> bool {
+        running == 0
+    }
+}
+
+/// Orca: requests join and leave at every iteration; a prompt is prefilled whole.
+pub struct Continuous;
+impl PolicyRules for Continuous {
+    fn chunked_prefill(&self) -> bool {
+        false
+    }
+    fn may_admit(&self, _: usize) -> bool {
+        true
+    }
+}
+
+/// Orca + Sarathi: joins at every iteration, prompts in chunks that fill the budget.
+pub struct ContinuousChunked;
+impl PolicyRules for ContinuousChunked {
+    fn chunked_prefill(&self) -> bool {
+        true
+    }
+    fn may_admit(&self, _: usize) -> bool {
+        true
+    }
+}
+
+impl Policy {
+    /// The rules this policy schedules by.
+    pub fn rules(self) -> &'static dyn PolicyRules {
+        match self {
+            Policy::Sequential => &Sequential,
+            Policy::Static => &Static,
+            Policy::Continuous => &Continuous,
+            Policy::ContinuousChunked => &ContinuousChunked,
+        }
+    }
+}
+// ANCHOR_END: policy_rules
 
 // ANCHOR: budget
 /// What the scheduler knows of a running sequence.
@@ -110,6 +187,27 @@ mod tests {
 
     fn c(id: u64, rows_left: usize) -> Candidate {
         Candidate { id, rows_left }
+    }
+
+    #[test]
+    fn each_policy_admits_and_chunks_as_its_table_row_says() {
+        // (policy, chunked, admits with 0 running, admits with 3 running, max running)
+        let rows = [
+            (Policy::Sequential, false, true, false, 1),
+            (Policy::Static, false, true, false, usize::MAX),
+            (Policy::Continuous, false, true, true, usize::MAX),
+            (Policy::ContinuousChunked, true, true, true, usize::MAX),
+        ];
+        for (policy, chunked, idle, busy, max) in rows {
+            let rules = policy.rules();
+            let got = (
+                rules.chunked_prefill(),
+                rules.may_admit(0),
+                rules.may_admit(3),
+                rules.max_running(),
+            );
+            assert_eq!(got, (chunked, idle, busy, max), "{}", policy.name());
+        }
     }
 
     #[test]
