@@ -286,6 +286,9 @@ impl KvView<'_> {
             KvView::Ring(rows) => attention_observed(rows, q, rows_before, heads, observe),
             KvView::Indexed(rows) => attention_observed(rows, q, rows_before, heads, observe),
             KvView::Quantized(rows) => attention_observed(rows, q, rows_before, heads, observe),
+            KvView::PagedQuantized(rows) => {
+                attention_observed(rows, q, rows_before, heads, observe)
+            }
         }
     }
 }

@@ -5,7 +5,8 @@
 //! Both devices give the generation loop a [`Decoder`]; everything above it — sampling,
 //! timing, the naive-vs-cached comparison — is shared. Book: naive-vs-cached.md.
 
-use crate::cache::{new_store, CacheKind, KvPolicy, KvStore, DEFAULT_BLOCK_SIZE};
+use crate::cache::build::new_composed_store;
+use crate::cache::{CacheKind, KvPolicy, KvStore, DEFAULT_BLOCK_SIZE};
 use crate::config::Config;
 use crate::device::{Device, GpuDtype, WeightDtype, WeightLayout};
 use crate::error::Result;
@@ -37,25 +38,21 @@ impl Default for CacheLayout {
     }
 }
 
-/// A cache of `layout` for one sequence of up to `capacity` positions. A policy other than
-/// the full cache (`--kv`) keeps its own contiguous, preallocated cache (`src/cache/quant/`):
-/// combined with another layout it is an error, not a silent choice.
+/// A cache of `layout` for one sequence of up to `capacity` positions: its layout
+/// holding what its policy keeps ([`new_composed_store`]: `--cache paged --kv int8` is a
+/// pool of int8 blocks; a combination a layout cannot hold is an error, not a silent choice).
 pub fn new_layout_store(
     config: &Config,
     layout: CacheLayout,
     capacity: usize,
 ) -> Result<Box<dyn KvStore>> {
-    if layout.policy == KvPolicy::Full {
-        return new_store(config, layout.kind, capacity, layout.block_size);
-    }
-    if layout.kind != CacheKind::Preallocated {
-        return Err(crate::error::Error::InvalidArgument(format!(
-            "--kv {} keeps its own preallocated cache and cannot be combined with --cache {}: drop one of them",
-            layout.policy.name(),
-            layout.kind.name()
-        )));
-    }
-    crate::cache::new_policy_store(config, layout.policy, capacity)
+    new_composed_store(
+        config,
+        layout.kind,
+        layout.policy,
+        capacity,
+        layout.block_size,
+    )
 }
 
 // ANCHOR: cpu_decoder

@@ -6,8 +6,9 @@ mod common;
 
 use common::{bits, tiny_config};
 use kvlab::backend::generate;
-use kvlab::cache::paged::PoolStats;
+use kvlab::cache::paged::{BlockPool, PoolStats};
 use kvlab::cache::PreallocatedCache;
+use kvlab::cache::{new_policy_store, KvElement, KvPolicy};
 use kvlab::cache::{new_store, CacheKind, GrowableCache, KvStore, PagedCache, PagedSeq, SeqId};
 use kvlab::chat::ChatSession;
 use kvlab::generate::{GenerateOptions, PathKind};
@@ -58,18 +59,9 @@ fn greedy(max_new_tokens: usize) -> GenerateOptions {
     }
 }
 
-/// A block's K and V in every layer, as bits.
-fn block_bits(cache: &PagedCache, layers: usize, b: usize) -> Vec<u32> {
-    (0..layers)
-        .flat_map(|l| {
-            let pool = cache.pool();
-            pool.k_block(l, b)
-                .iter()
-                .chain(pool.v_block(l, b))
-                .map(|x| x.to_bits())
-                .collect::<Vec<_>>()
-        })
-        .collect()
+/// A block's stored K and V in every layer, as bytes (f32 bits, or codes and scales).
+fn block_bits(cache: &PagedCache, b: usize) -> Vec<u8> {
+    cache.pool().block_image(b)
 }
 
 proptest! {
@@ -168,11 +160,25 @@ fn op_strategy(vocab: usize) -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A live sequence: its id in the paged cache and its reference, a preallocated cache
-/// that has seen the same tokens.
+/// A live sequence: its id in the paged cache and its reference, a contiguous cache of
+/// the same element (f32, int8, int4 per token) that has seen the same tokens, and
+/// those tokens, pass by pass (a fork's reference replays them).
 struct Live {
     id: SeqId,
-    reference: PreallocatedCache,
+    reference: Box<dyn KvStore>,
+    passes: Vec<Vec<u32>>,
+}
+
+/// A contiguous cache of `policy` that has run `passes`, one forward pass each.
+fn replayed(model: &Model, policy: KvPolicy, passes: &[Vec<u32>]) -> Box<dyn KvStore> {
+    let mut reference =
+        new_policy_store(&model.config, policy, model.config.max_position_embeddings).unwrap();
+    for pass in passes {
+        model
+            .forward(pass, KvSource::Cache(&mut reference))
+            .unwrap();
+    }
+    reference
 }
 
 /// Runs `ops` on one paged cache and checks, after every operation: logits equal to
@@ -180,26 +186,29 @@ struct Live {
 /// untouched by writes, and a clear error (with nothing changed) when the pool is full.
 fn run_interleaving(
     model: &Model,
+    policy: KvPolicy,
     block_size: usize,
     n_blocks: usize,
     prefix_caching: bool,
     prefixes: &[Vec<u32>],
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
-    let layers = model.config.num_hidden_layers;
     let max_len = model.config.max_position_embeddings;
-    let mut cache = PagedCache::new(&model.config, block_size, n_blocks, prefix_caching).unwrap();
+    let element = KvElement::for_pool(&model.config, policy, "paged").unwrap();
+    let mut cache =
+        PagedCache::with_element(&model.config, element, block_size, n_blocks, prefix_caching)
+            .unwrap();
     let mut live: Vec<Live> = Vec::new();
     for op in ops {
         // Blocks that must not change while another sequence writes: shared ones, and
         // named ones (the prefix cache promises their content to future requests).
-        let guarded: HashMap<usize, Vec<u32>> = (0..n_blocks)
+        let guarded: HashMap<usize, Vec<u8>> = (0..n_blocks)
             .filter(|&b| {
                 cache.pool().ref_count(b) >= 2
                     || (cache.pool().ref_count(b) >= 1
                         && cache.prefix().is_some_and(|p| p.is_named(b)))
             })
-            .map(|b| (b, block_bits(&cache, layers, b)))
+            .map(|b| (b, block_bits(&cache, b)))
             .collect();
         match op {
             Op::Add { prefix, keep, tail } => {
@@ -207,7 +216,7 @@ fn run_interleaving(
                 prompt.extend(tail);
                 let (id, reused) = cache.add_sequence_with_prefix(&prompt);
                 prop_assert!(reused < prompt.len() && reused % block_size == 0);
-                let mut reference = PreallocatedCache::new(&model.config, max_len).unwrap();
+                let mut reference = replayed(model, policy, &[]);
                 let want = model
                     .forward(&prompt, KvSource::Cache(&mut reference))
                     .unwrap();
@@ -218,7 +227,11 @@ fn run_interleaving(
                 match got {
                     Ok(got) => {
                         prop_assert_eq!(bits(&[got]), bits(&[want]));
-                        live.push(Live { id, reference });
+                        live.push(Live {
+                            id,
+                            reference,
+                            passes: vec![prompt],
+                        });
                     }
                     Err(e) => {
                         prop_assert!(matches!(e, Error::BlockBudgetExhausted { .. }), "{}", e);
@@ -244,6 +257,7 @@ fn run_interleaving(
                             .forward(tokens, KvSource::Cache(&mut s.reference))
                             .unwrap();
                         prop_assert_eq!(bits(&[got]), bits(&[want]));
+                        s.passes.push(tokens.clone());
                     }
                     Err(e) => {
                         prop_assert!(matches!(e, Error::BlockBudgetExhausted { .. }), "{}", e);
@@ -259,8 +273,13 @@ fn run_interleaving(
             Op::Fork { which } if !live.is_empty() => {
                 let s = &live[which % live.len()];
                 let id = cache.fork(s.id).unwrap();
-                let reference = s.reference.clone();
-                live.push(Live { id, reference });
+                let passes = s.passes.clone();
+                let reference = replayed(model, policy, &passes);
+                live.push(Live {
+                    id,
+                    reference,
+                    passes,
+                });
             }
             Op::Free { which } if !live.is_empty() => {
                 let s = live.swap_remove(which % live.len());
@@ -275,7 +294,7 @@ fn run_interleaving(
             let still_named = cache.prefix().is_some_and(|p| p.is_named(*b));
             if cache.pool().ref_count(*b) >= 1 || still_named {
                 prop_assert_eq!(
-                    &block_bits(&cache, layers, *b),
+                    &block_bits(&cache, *b),
                     before,
                     "block {} changed while shared",
                     b
@@ -287,7 +306,7 @@ fn run_interleaving(
             let seq = cache.seq(s.id).unwrap();
             prop_assert!(
                 seq.bytes_reserved() - seq.bytes_used()
-                    < cache_block_bytes(&model.config, block_size)
+                    < BlockPool::block_bytes(&model.config, element, block_size)
             );
         }
     }
@@ -308,14 +327,15 @@ fn run_interleaving(
 }
 
 fn cache_block_bytes(config: &Config, block_size: usize) -> usize {
-    kvlab::cache::paged::BlockPool::block_bytes(config, block_size)
+    BlockPool::block_bytes(config, KvElement::F32, block_size)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
     /// Sequences added, stepped, forked and freed in random order, in pools small enough
-    /// to run out: paged and prefix-cached.
+    /// to run out: paged and prefix-cached, with f32, int8 and int4-per-token blocks
+    /// (each against a contiguous cache of the same element: paged int8 == contiguous int8).
     #[test]
     fn interleaved_sequences_match_their_references(
         (config, prefixes, ops) in config_strategy().prop_flat_map(|c| {
@@ -330,9 +350,12 @@ proptest! {
         n_blocks in 4usize..48,
         prefix_caching in any::<bool>(),
         seed in any::<u64>(),
+        element in 0usize..3,
     ) {
+        // head_dim is a multiple of 4 here: an int4 group of 4 channels tiles every head.
+        let policy = [KvPolicy::Full, KvPolicy::Int8, KvPolicy::Int4PerToken { group: 4 }][element];
         let model = Model::random(config, seed).unwrap();
-        run_interleaving(&model, block_size, n_blocks, prefix_caching, &prefixes, &ops)?;
+        run_interleaving(&model, policy, block_size, n_blocks, prefix_caching, &prefixes, &ops)?;
     }
 }
 
@@ -441,7 +464,7 @@ fn fork_shares_blocks_and_copies_the_partial_one_on_write() {
     let table = cache.block_table(parent).unwrap().to_vec();
     assert!(table.iter().all(|&b| cache.pool().ref_count(b) == 2));
     let partial = table[1];
-    let before = block_bits(&cache, 2, partial);
+    let before = block_bits(&cache, partial);
     model
         .forward(&[7], KvSource::Cache(&mut cache.seq(child).unwrap()))
         .unwrap();
@@ -450,7 +473,7 @@ fn fork_shares_blocks_and_copies_the_partial_one_on_write() {
     assert_eq!(child_table[0], table[0]);
     assert_ne!(child_table[1], partial);
     assert_eq!(
-        block_bits(&cache, 2, partial),
+        block_bits(&cache, partial),
         before,
         "the shared block was written"
     );
@@ -678,12 +701,13 @@ fn every_layout_reports_reserved_and_used_bytes() {
 fn bad_pool_sizes_are_errors() {
     let config = tiny_config(1, 2, 1, 8, 64);
     assert!(PagedCache::new(&config, 0, 4, false).is_err());
-    let err = PagedCache::with_budget(&config, 16, 100, false)
+    let err = PagedCache::with_budget(&config, KvElement::F32, 16, 100, false)
         .err()
         .unwrap();
     assert!(err.to_string().contains("less than one block"), "{err}");
     let block = cache_block_bytes(&config, 16);
-    let cache = PagedCache::with_budget(&config, 16, 10 * block + 1, false).unwrap();
+    let cache =
+        PagedCache::with_budget(&config, KvElement::F32, 16, 10 * block + 1, false).unwrap();
     assert_eq!(cache.stats().n_blocks, 10);
     let mut cache = cache;
     assert!(cache.free(SeqId(99)).is_err());

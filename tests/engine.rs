@@ -7,12 +7,16 @@
 mod common;
 
 use common::{bits, cached_step_logits, real_model_present, tiny_config, MODEL_DIR};
-use kvlab::backend::generate;
+use kvlab::backend::{cpu_decoder, generate, CacheLayout};
+use kvlab::cache::paged::BlockPool;
+use kvlab::cache::{new_policy_store, KvElement, KvPolicy};
 use kvlab::engine::{
     Engine, EngineConfig, EngineHandle, Event, FinishReason, Policy, Request, SamplingParams,
     StepReport, SubmitError,
 };
+use kvlab::generate::generate_with;
 use kvlab::generate::{GenerateOptions, PathKind};
+use kvlab::model::KvSource;
 use kvlab::{Config, Model};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -29,17 +33,44 @@ struct Outcome {
 /// `request` alone: its tokens (the stop id, if sampled, removed: the engine does not
 /// emit it) and the logits each token was sampled from.
 fn solo(model: &Model, request: &Request) -> (Vec<u32>, Vec<Vec<f32>>) {
+    solo_with(model, request, KvPolicy::Full)
+}
+
+/// [`solo`] on a contiguous cache of `kv` (f32, or int8 / int4 per-token codes): the
+/// twin of the engine's paged pool of the same element.
+fn solo_with(model: &Model, request: &Request, kv: KvPolicy) -> (Vec<u32>, Vec<Vec<f32>>) {
     let opts = GenerateOptions {
         max_new_tokens: request.max_tokens,
         path: PathKind::Cached,
         sampler: request.sampling.sampler_config(),
         eos_ids: request.stop_ids.clone(),
     };
-    let generated = generate(model, &request.prompt, &opts, |_| {})
-        .unwrap()
-        .generated_ids;
+    let generated = if kv == KvPolicy::Full {
+        generate(model, &request.prompt, &opts, |_| {}).unwrap()
+    } else {
+        let layout = CacheLayout {
+            policy: kv,
+            ..CacheLayout::default()
+        };
+        let (prompt, max) = (request.prompt.len(), request.max_tokens);
+        let mut decoder = cpu_decoder(model, PathKind::Cached, layout, prompt, max).unwrap();
+        generate_with(decoder.as_mut(), &request.prompt, &opts, |_| {}).unwrap()
+    }
+    .generated_ids;
     let fed = &generated[..generated.len() - 1];
-    let logits = cached_step_logits(model, &request.prompt, fed);
+    let logits = if kv == KvPolicy::Full {
+        cached_step_logits(model, &request.prompt, fed)
+    } else {
+        let capacity = request.prompt.len() + fed.len();
+        let mut cache = new_policy_store(&model.config, kv, capacity).unwrap();
+        let mut all = vec![model
+            .forward(&request.prompt, KvSource::Cache(&mut cache))
+            .unwrap()];
+        for &t in fed {
+            all.push(model.forward(&[t], KvSource::Cache(&mut cache)).unwrap());
+        }
+        all
+    };
     let mut tokens = generated.clone();
     if tokens.last().is_some_and(|t| request.stop_ids.contains(t)) {
         tokens.pop();
@@ -125,13 +156,16 @@ fn engine_config(
     budget: usize,
     blocks: usize,
     bs: usize,
+    kv: KvPolicy,
 ) -> EngineConfig {
+    let element = KvElement::for_pool(&model.config, kv, "paged").unwrap();
     EngineConfig {
         policy,
         max_batch_tokens: budget,
         max_batch_seqs: 6,
-        kv_budget_bytes: blocks * kvlab::cache::paged::BlockPool::block_bytes(&model.config, bs),
+        kv_budget_bytes: blocks * BlockPool::block_bytes(&model.config, element, bs),
         block_size: bs,
+        kv,
         max_waiting: 1000,
         prefix_caching: true,
         capture_logits: true,
@@ -142,8 +176,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Random requests arriving at random iterations, any policy, any budget, a pool
-    /// from roomy to barely one request (preemptions): every request's tokens and
-    /// logits equal its solo run, bitwise, and every request finishes.
+    /// from roomy to barely one request (preemptions), blocks of f32, int8 or int4
+    /// per-token codes: every request's tokens and logits equal its solo run on a
+    /// contiguous cache of the same element, bitwise, and every request finishes.
     #[test]
     fn every_request_gets_its_solo_tokens_and_logits(
         config in config_strategy(),
@@ -156,7 +191,10 @@ proptest! {
             (0usize..12, 1usize..30, 1usize..12, any::<bool>(), any::<u64>(), any::<bool>()),
             1..8,
         ),
+        element in 0usize..3,
     ) {
+        // head_dim is a multiple of 4 here: an int4 group of 4 channels tiles every head.
+        let kv = [KvPolicy::Full, KvPolicy::Int8, KvPolicy::Int4PerToken { group: 4 }][element];
         let model = Arc::new(Model::random(config, seed).unwrap());
         let vocab = model.config.vocab_size as u64;
         let shared: Vec<u32> = (0..16).map(|i| (i * 5 % vocab) as u32).collect();
@@ -185,10 +223,10 @@ proptest! {
             .map(|(_, r)| (r.prompt.len() + r.max_tokens - 1).div_ceil(bs))
             .max()
             .unwrap();
-        let config = engine_config(&model, policy, budget, need + extra_blocks, bs);
+        let config = engine_config(&model, policy, budget, need + extra_blocks, bs, kv);
         let mut engine = Engine::new(model.clone(), config).unwrap();
         let expected: Vec<(Vec<u32>, Vec<Vec<f32>>)> =
-            arrivals.iter().map(|(_, r)| solo(&model, r)).collect();
+            arrivals.iter().map(|(_, r)| solo_with(&model, r, kv)).collect();
         let (outcomes, _) = run(&mut engine, arrivals);
         for (id, (tokens, logits)) in expected.iter().enumerate() {
             let got = &outcomes[&(id as u64)];
@@ -220,7 +258,14 @@ fn tiny_model() -> Arc<Model> {
 #[test]
 fn chunked_prefill_respects_the_budget_and_never_stalls_decodes() {
     let model = tiny_model();
-    let mut config = engine_config(&model, Policy::ContinuousChunked, 16, 200, 4);
+    let mut config = engine_config(
+        &model,
+        Policy::ContinuousChunked,
+        16,
+        200,
+        4,
+        KvPolicy::Full,
+    );
     config.capture_logits = false;
     let mut engine = Engine::new(model, config).unwrap();
     let decoders: Vec<(usize, Request)> =
@@ -258,7 +303,7 @@ fn preemption_by_recompute_keeps_the_tokens() {
         .map(|i| greedy((0..10).map(|j| (i * 13 + j) % 64).collect(), 30))
         .collect();
     // 39 positions = 10 blocks of 4 for one request; 16 blocks cannot hold three.
-    let config = engine_config(&model, Policy::Continuous, 64, 16, 4);
+    let config = engine_config(&model, Policy::Continuous, 64, 16, 4, KvPolicy::Full);
     let mut engine = Engine::new(model.clone(), config).unwrap();
     let expected: Vec<_> = requests.iter().map(|r| solo(&model, r)).collect();
     let (outcomes, reports) = run(&mut engine, requests.into_iter().map(|r| (0, r)).collect());
@@ -276,7 +321,7 @@ fn preemption_by_recompute_keeps_the_tokens() {
 #[test]
 fn cancellation_returns_every_block() {
     let model = tiny_model();
-    let config = engine_config(&model, Policy::ContinuousChunked, 8, 100, 4);
+    let config = engine_config(&model, Policy::ContinuousChunked, 8, 100, 4, KvPolicy::Full);
     let mut engine = Engine::new(model, config).unwrap();
     let ids: Vec<u64> = (0..4)
         .map(|i| {
@@ -303,7 +348,7 @@ fn cancellation_returns_every_block() {
 #[test]
 fn a_full_queue_refuses_and_an_impossible_request_is_invalid() {
     let model = tiny_model();
-    let mut config = engine_config(&model, Policy::Continuous, 64, 10, 4);
+    let mut config = engine_config(&model, Policy::Continuous, 64, 10, 4, KvPolicy::Full);
     config.max_waiting = 2;
     let mut engine = Engine::new(model, config).unwrap();
     engine.add(greedy(vec![1, 2], 3)).unwrap();
@@ -330,7 +375,14 @@ fn a_full_queue_refuses_and_an_impossible_request_is_invalid() {
 #[test]
 fn the_handle_streams_tokens_and_cancels_on_drop() {
     let model = tiny_model();
-    let config = engine_config(&model, Policy::ContinuousChunked, 32, 100, 4);
+    let config = engine_config(
+        &model,
+        Policy::ContinuousChunked,
+        32,
+        100,
+        4,
+        KvPolicy::Full,
+    );
     let handle = EngineHandle::spawn(model.clone(), config).unwrap();
     // Before any iteration, the counters already describe the empty pool.
     let at_start = handle.metrics();
@@ -394,6 +446,17 @@ fn the_handle_streams_tokens_and_cancels_on_drop() {
 /// with the tokens `generate` gives it alone.
 #[test]
 fn real_model_eight_concurrent_requests_equal_solo_generate() {
+    eight_concurrent_requests_equal_solo(KvPolicy::Full);
+}
+
+/// The same with the pool's blocks in int8: each request's tokens and logits are those
+/// of `generate --kv int8` alone (a contiguous int8 cache), bit for bit.
+#[test]
+fn real_model_eight_concurrent_requests_on_int8_blocks_equal_solo_generate() {
+    eight_concurrent_requests_equal_solo(KvPolicy::Int8);
+}
+
+fn eight_concurrent_requests_equal_solo(kv: KvPolicy) {
     if !real_model_present() {
         return;
     }
@@ -410,10 +473,11 @@ fn real_model_eight_concurrent_requests_equal_solo_generate() {
         policy: Policy::ContinuousChunked,
         max_batch_tokens: 32,
         capture_logits: true,
+        kv,
         ..EngineConfig::default()
     };
     let mut engine = Engine::new(model.clone(), config).unwrap();
-    let expected: Vec<_> = requests.iter().map(|r| solo(&model, r)).collect();
+    let expected: Vec<_> = requests.iter().map(|r| solo_with(&model, r, kv)).collect();
     let (outcomes, reports) = run(&mut engine, requests.into_iter().map(|r| (0, r)).collect());
     assert!(reports
         .iter()

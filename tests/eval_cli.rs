@@ -81,14 +81,57 @@ fn model_dependent_refusals() {
             "generate", "--model", MODEL_DIR, "--prompt", "hi", "--kv", "window", "--window", "8",
             "--cache", "paged",
         ],
-        "--kv window keeps its own preallocated cache and cannot be combined with --cache paged",
+        "--kv window evicts positions and keeps its own cache; a --cache paged pool keeps every position",
     );
     fails_with(
         &[
-            "generate", "--model", MODEL_DIR, "--prompt", "hi", "--kv", "int8", "--cache", "paged",
+            "generate", "--model", MODEL_DIR, "--prompt", "hi", "--kv", "int4", "--cache", "paged",
         ],
-        "--kv int8 keeps its own preallocated cache and cannot be combined with --cache paged",
+        "--kv int4 (KIVI) quantizes keys per channel over groups of positions",
     );
+    fails_with(
+        &[
+            "generate", "--model", MODEL_DIR, "--prompt", "hi", "--kv", "int8", "--cache",
+            "growable",
+        ],
+        "--cache growable doubles one f32 buffer and --kv int8 needs a cache of its own",
+    );
+}
+
+/// `--cache paged` and `--cache prefix` with `--kv int8` and `--kv int4-per-token`: pools
+/// of quantized blocks, whose tokens are those of the contiguous quantized cache.
+#[test]
+fn paged_quantized_caches_give_the_contiguous_tokens() {
+    if !real_model_present() {
+        return;
+    }
+    let run = |extra: &[&str]| {
+        let base = [
+            "generate",
+            "--model",
+            MODEL_DIR,
+            "--prompt",
+            "The three primary colors are",
+            "--max-new-tokens",
+            "16",
+            "--json",
+        ];
+        common::ids(&json(&[&base[..], extra].concat())["generated_ids"])
+    };
+    for kv in ["int8", "int4-per-token"] {
+        let contiguous = run(&["--kv", kv]);
+        assert_eq!(contiguous.len(), 16);
+        for layout in [
+            ["--cache", "paged", "--block-size", "5"],
+            ["--cache", "prefix", "--block-size", "16"],
+        ] {
+            assert_eq!(
+                run(&[&["--kv", kv][..], &layout[..]].concat()),
+                contiguous,
+                "--kv {kv} {layout:?}"
+            );
+        }
+    }
 }
 
 /// A short run of the quantized policies through the binary: the JSON has the fields the

@@ -433,8 +433,11 @@ async fn a_client_that_hangs_up_frees_every_block() {
     let server = Server::start(EngineConfig::default()).await;
     // The pool's size, from the engine's configuration (not from /metrics).
     let engine = EngineConfig::default();
-    let block_bytes =
-        kvlab::cache::paged::BlockPool::block_bytes(&model().config, engine.block_size);
+    let block_bytes = kvlab::cache::paged::BlockPool::block_bytes(
+        &model().config,
+        kvlab::cache::KvElement::F32,
+        engine.block_size,
+    );
     let total = (engine.kv_budget_bytes / block_bytes) as f64;
     // 2000 tokens would take minutes: only a cancel ends it soon.
     let body = json!({"model": NAME, "prompt": "Count with me: 1, 2, 3,", "max_tokens": 2000,

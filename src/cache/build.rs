@@ -1,5 +1,5 @@
-//! Where a single sequence's cache is built: from a layout (`--cache`, [`new_store`]) or
-//! from a `--kv` policy ([`new_policy_store`]). The constructors live apart from the
+//! Where a single sequence's cache is built: from a layout (`--cache`, [`new_store`]),
+//! from a `--kv` policy ([`new_policy_store`]), or from both ([`new_composed_store`]). The constructors live apart from the
 //! interface (`mod.rs`) and the policy (`policy.rs`) so that each cache can name the
 //! trait it implements and the policy it was built from without those naming every
 //! cache.
@@ -11,9 +11,9 @@ use crate::cache::policy::KvPolicy;
 use crate::cache::preallocated::PreallocatedCache;
 use crate::cache::quant::QuantCache;
 use crate::cache::window::WindowCache;
-use crate::cache::{CacheKind, KvStore};
+use crate::cache::{CacheKind, KvElement, KvStore};
 use crate::config::Config;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 // ANCHOR: policy_store
 /// A cache for one sequence of up to `capacity` positions, keeping what `policy` says.
@@ -57,3 +57,36 @@ pub fn new_store(
         )?),
     })
 }
+
+// ANCHOR: composed_store
+/// A cache for one sequence of up to `capacity` positions: the layout `kind` holding
+/// what `policy` keeps. A paged or prefix pool stores f32, int8 or int4-per-token blocks
+/// (`element.rs`); the preallocated layout takes every policy; what a layout cannot hold
+/// is refused with the reason.
+pub fn new_composed_store(
+    config: &Config,
+    kind: CacheKind,
+    policy: KvPolicy,
+    capacity: usize,
+    block_size: usize,
+) -> Result<Box<dyn KvStore>> {
+    match (kind, policy) {
+        (_, KvPolicy::Full) => new_store(config, kind, capacity, block_size),
+        (CacheKind::Preallocated, _) => new_policy_store(config, policy, capacity),
+        (CacheKind::Paged | CacheKind::Prefix, _) => {
+            let element = KvElement::for_pool(config, policy, kind.name())?;
+            Ok(Box::new(PagedSeq::single_of(
+                config,
+                element,
+                block_size,
+                capacity.div_ceil(block_size.max(1)).max(1),
+                kind == CacheKind::Prefix,
+            )?))
+        }
+        (CacheKind::Growable, _) => Err(Error::InvalidArgument(format!(
+            "--cache growable doubles one f32 buffer and --kv {} needs a cache of its own: use --cache preallocated (every --kv), or paged or prefix (int8, int4-per-token)",
+            policy.name()
+        ))),
+    }
+}
+// ANCHOR_END: composed_store

@@ -30,6 +30,7 @@
 
 pub mod buffer;
 pub mod build;
+pub mod element;
 pub mod growable;
 pub mod h2o;
 pub mod masked;
@@ -48,6 +49,7 @@ use crate::error::Result;
 use serde::Serialize;
 
 pub use build::{new_policy_store, new_store};
+pub use element::KvElement;
 pub use growable::GrowableCache;
 pub use h2o::H2oCache;
 pub use masked::{MaskRule, MaskedCache};

@@ -5,7 +5,7 @@
 //! copy of itself compiled for that layout (`KvView::attend`, src/attention.rs), so no
 //! row pays for a virtual call.
 
-use crate::cache::quant::rows::QuantRows;
+use crate::cache::quant::rows::{PagedQuantRows, QuantRows};
 use crate::cache::rows::{Contiguous, Indexed, KvHeads, Paged, Ring};
 
 /// One layer's keys and values, rows `0..end` in position order, as a cache hands
@@ -17,6 +17,8 @@ pub enum KvView<'a> {
     Indexed(Indexed<'a>),
     /// int8 / int4 codes and their scales, dequantized one head's run at a time.
     Quantized(QuantRows<'a>),
+    /// The same codes in the blocks of a paged pool, read through a block table.
+    PagedQuantized(PagedQuantRows<'a>),
 }
 
 impl KvView<'_> {
@@ -29,6 +31,7 @@ impl KvView<'_> {
             KvView::Ring(rows) => rows,
             KvView::Indexed(rows) => rows,
             KvView::Quantized(rows) => rows,
+            KvView::PagedQuantized(rows) => rows,
         }
     }
 }

@@ -17,7 +17,7 @@ use super::scheduler::{pick_batch, prefill_chunk, Budget, Candidate, Scheduled};
 use super::sequence::Sequence;
 use super::transfer::KvTransfer;
 use crate::cache::source::PagedBatch;
-use crate::cache::{PagedCache, SeqId};
+use crate::cache::{KvElement, PagedCache, SeqId};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use serde::Serialize;
@@ -105,8 +105,10 @@ impl Engine {
                 "max_batch_tokens and max_batch_seqs must be at least 1".into(),
             ));
         }
+        let element = KvElement::for_pool(&model.config, config.kv, "paged")?;
         let cache = PagedCache::with_budget(
             &model.config,
+            element,
             config.block_size,
             config.kv_budget_bytes,
             config.prefix_caching,

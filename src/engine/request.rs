@@ -1,6 +1,8 @@
 //! What a client hands the engine and what it gets back: requests, sampling settings,
 //! events, the policies the scheduler can follow (book: scheduling.md).
 
+use crate::cache::paged::BlockPool;
+use crate::cache::{KvElement, KvPolicy};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use serde::{Deserialize, Serialize};
@@ -48,6 +50,9 @@ pub struct EngineConfig {
     /// Bytes of the paged KV pool (blocks = budget / block bytes). Default: 2048 tokens' worth x 8.
     pub kv_budget_bytes: usize,
     pub block_size: usize,
+    /// What the pool's blocks store (`--kv`): `full` (f32), `int8` or `int4-per-token`
+    /// codes (`cache/element.rs`). The eviction policies and KIVI are refused.
+    pub kv: KvPolicy,
     /// Bounded waiting queue: a submit beyond it is refused (`SubmitError::QueueFull`).
     pub max_waiting: usize,
     pub prefix_caching: bool,
@@ -67,6 +72,7 @@ impl Default for EngineConfig {
             max_batch_seqs: 64,
             kv_budget_bytes: 2048 * 8 * DEFAULT_TOKEN_BYTES,
             block_size: crate::cache::DEFAULT_BLOCK_SIZE,
+            kv: KvPolicy::Full,
             max_waiting: 256,
             prefix_caching: true,
             capture_logits: false,
@@ -184,7 +190,8 @@ pub fn validate(model: &Model, config: &EngineConfig, request: &Request) -> Resu
     // The last token sampled is never fed back: prompt + max_tokens - 1 positions at most.
     let positions = request.prompt.len() + request.max_tokens - 1;
     let bs = config.block_size.max(1);
-    let n_blocks = config.kv_budget_bytes / crate::cache::paged::BlockPool::block_bytes(c, bs);
+    let element = KvElement::for_pool(c, config.kv, "paged")?;
+    let n_blocks = config.kv_budget_bytes / BlockPool::block_bytes(c, element, bs);
     if positions.div_ceil(bs) > n_blocks {
         return Err(Error::InvalidArgument(format!(
             "prompt ({}) + max_tokens ({}) needs {} KV blocks of {bs} positions but the engine's whole pool holds {n_blocks}: shorten the request or give the engine a larger KV budget",

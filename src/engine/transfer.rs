@@ -206,9 +206,10 @@ impl KvTransfer {
         let (mut k, mut v) = (Vec::with_capacity(n_layers), Vec::with_capacity(n_layers));
         for layer in 0..n_layers {
             let KvView::Paged(rows) = cache.read_seq(seq_id, layer, len) else {
-                return Err(Error::Internal(
-                    "a paged cache gave a non-paged view".into(),
-                ));
+                return Err(Error::InvalidArgument(format!(
+                    "a KV transfer carries f32 rows, and this engine's pool stores --kv {} codes (sending codes and scales is not built): disaggregate with --kv full",
+                    cache.pool().element().name()
+                )));
             };
             k.push((0..len).flat_map(|j| rows.key(j).iter().copied()).collect());
             v.push(

@@ -20,6 +20,7 @@
 use super::bench::memory_bandwidth;
 use super::roof::streamed_weight_bytes;
 use super::timing::{machine_name, median, synthetic_prompt};
+use crate::cache::{KvElement, KvPolicy};
 use crate::engine::{Engine, EngineConfig, Event, Policy, Request, SamplingParams, StepReport};
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -40,6 +41,10 @@ pub struct BatchingOptions {
     pub long_prompt: usize,
     /// Token budget of an iteration in the stall experiment (the chunk size, less the decodes).
     pub stall_budget: usize,
+    /// What the engine's pool stores (`--kv`: full, int8, int4-per-token).
+    pub kv: KvPolicy,
+    /// Positions per block of the engine's pool (`--block-size`).
+    pub block_size: usize,
 }
 
 /// One concurrency level.
@@ -154,16 +159,27 @@ fn submit_error(e: crate::engine::SubmitError) -> Error {
     }
 }
 
-/// A pool for `requests` requests of `positions` positions each, with room to spare.
-fn config_for(model: &Model, policy: Policy, requests: usize, positions: usize) -> EngineConfig {
-    let token_bytes = crate::cache::bytes_per_token(&model.config);
-    EngineConfig {
+/// A pool of `o.kv` blocks for `requests` requests of `positions` positions each, with
+/// room to spare (a block's partial tail per request, and a few blocks more).
+fn config_for(
+    model: &Model,
+    o: &BatchingOptions,
+    policy: Policy,
+    requests: usize,
+    positions: usize,
+) -> Result<EngineConfig> {
+    let element = KvElement::for_pool(&model.config, o.kv, "paged")?;
+    let token_bytes = element.bytes_per_token(&model.config);
+    let per_request = positions + o.block_size + 32;
+    Ok(EngineConfig {
         policy,
         max_batch_tokens: 2048,
         max_batch_seqs: requests.max(1),
-        kv_budget_bytes: (requests * (positions + 32) + 64) * token_bytes,
+        kv_budget_bytes: (requests * per_request + 4 * o.block_size + 64) * token_bytes,
+        block_size: o.block_size,
+        kv: o.kv,
         ..EngineConfig::default()
-    }
+    })
 }
 
 // ANCHOR: throughput
@@ -178,9 +194,9 @@ fn concurrency_point(
         .map(|i| greedy(synthetic_prompt(o.prompt_len, vocab, i + 1), o.max_tokens))
         .collect();
     let positions = o.prompt_len + o.max_tokens;
-    let sequential = config_for(model, Policy::Sequential, c, positions);
+    let sequential = config_for(model, o, Policy::Sequential, c, positions)?;
     let (seq_tokens, _, seq_s) = run_all(model, sequential, &requests)?;
-    let continuous = config_for(model, Policy::ContinuousChunked, c, positions);
+    let continuous = config_for(model, o, Policy::ContinuousChunked, c, positions)?;
     let (cont_tokens, reports, cont_s) = run_all(model, continuous, &requests)?;
     let generated: usize = cont_tokens.iter().map(Vec::len).sum();
     let decode_only: Vec<f64> = reports
@@ -207,7 +223,7 @@ fn stall_run(model: &Arc<Model>, o: &BatchingOptions, policy: Policy) -> Result<
     let positions = o.long_prompt + o.max_tokens;
     let config = EngineConfig {
         max_batch_tokens: o.stall_budget,
-        ..config_for(model, policy, o.running + 1, positions)
+        ..config_for(model, o, policy, o.running + 1, positions)?
     };
     let mut engine = Engine::new(model.clone(), config)?;
     let mut index = HashMap::new();

@@ -14,7 +14,7 @@
 //! allocation in `tests/kv_size.rs`), with paging by running the real block allocator
 //! ([`PagedCache::counting_only`]) at every request's peak length.
 
-use crate::cache::{bytes_per_token, KvStore, PagedCache};
+use crate::cache::{KvElement, KvStore, PagedCache};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::rng::Rng;
@@ -57,6 +57,8 @@ pub struct Fit {
 #[derive(Debug, Clone, Serialize)]
 pub struct CapacityReport {
     pub budget_bytes: usize,
+    /// What each cached value is (`--kv`): `full` (f32), `int8`, `int4-per-token`.
+    pub kv: &'static str,
     pub bytes_per_token: usize,
     pub block_size: usize,
     pub max_new_tokens: usize,
@@ -70,15 +72,17 @@ pub struct CapacityReport {
 }
 
 // ANCHOR: capacity
-/// Admits `requests` in order into `budget_bytes` of f32 KV cache of `config`'s shape.
+/// Admits `requests` in order into `budget_bytes` of KV cache of `config`'s shape, each
+/// value stored as `element` (f32, or int8 codes: about four times the positions).
 pub fn capacity(
     config: &Config,
+    element: KvElement,
     budget_bytes: usize,
     block_size: usize,
     max_new_tokens: usize,
     requests: &[Request],
 ) -> Result<CapacityReport> {
-    let per_token = bytes_per_token(config);
+    let per_token = element.bytes_per_token(config);
     // Preallocated: prompt + max_new_tokens each, reserved before the first token.
     let (mut n, mut reserved, mut live) = (0, 0, 0);
     for r in requests {
@@ -95,7 +99,7 @@ pub fn capacity(
     let preallocated = fit(n, reserved, live);
 
     // Paged: the real allocator, each request at its longest (prompt + output).
-    let mut pool = PagedCache::counting_only(config, block_size, budget_bytes, false)?;
+    let mut pool = PagedCache::counting_only(config, element, block_size, budget_bytes, false)?;
     let (mut n, mut live) = (0, 0);
     for r in requests {
         let id = pool.add_sequence();
@@ -114,6 +118,7 @@ pub fn capacity(
     let count = requests.len().max(1) as f64;
     Ok(CapacityReport {
         budget_bytes,
+        kv: element.name(),
         bytes_per_token: per_token,
         block_size,
         max_new_tokens,

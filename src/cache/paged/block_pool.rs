@@ -14,6 +14,11 @@
 //! block; [`super::PagedCache`] keeps the block tables and checks that counts match.
 
 use crate::cache::buffer::zeroed_buffer;
+use crate::cache::element::KvElement;
+use crate::cache::quant::rows::PagedQuantRows;
+use crate::cache::quant::{QuantRows, Side};
+use crate::cache::rows::Paged;
+use crate::cache::view::KvView;
 use crate::config::Config;
 use crate::error::{Error, Result};
 
@@ -23,11 +28,9 @@ pub type BlockId = usize;
 // ANCHOR: block_pool
 /// `n_blocks` blocks of `block_size` positions, each holding K and V for every layer.
 pub struct BlockPool {
-    /// `[n_layers, n_blocks, block_size, n_kv_heads, head_dim]`: one tensor per layer as
-    /// in vLLM, and block `b` of layer `l` is one contiguous `[block_size, kv_dim]` slice.
-    k: Vec<f32>,
-    /// The same shape for V.
-    v: Vec<f32>,
+    /// The blocks' keys and values, in the pool's element (f32, or int8/int4 codes).
+    memory: Memory,
+    element: KvElement,
     n_layers: usize,
     n_blocks: usize,
     block_size: usize,
@@ -37,25 +40,52 @@ pub struct BlockPool {
     ref_counts: Vec<u32>,
     /// Blocks nobody holds and nobody will look up: taken from the end.
     free: Vec<BlockId>,
-    /// False for a pool that only counts blocks (capacity planning): no K or V at all.
-    has_storage: bool,
+}
+
+/// Where the blocks' keys and values are. A block is the same `block_size` consecutive
+/// *slots* whatever the element: slot `block * block_size + row`.
+enum Memory {
+    /// A pool that only counts blocks (capacity planning): no K or V at all.
+    CountingOnly,
+    /// `k`, `v`: `[n_layers, n_blocks, block_size, n_kv_heads, head_dim]`, one tensor per
+    /// layer as in vLLM; block `b` of layer `l` is one contiguous `[block_size, kv_dim]` slice.
+    F32 { k: Vec<f32>, v: Vec<f32> },
+    /// Codes and scales of every slot (`quant/side.rs`): a block's rows are quantized as
+    /// they are written, each on its own, with the contiguous quantized cache's formula.
+    PerToken { keys: Side, values: Side },
 }
 // ANCHOR_END: block_pool
 
 impl BlockPool {
-    /// Allocates `n_blocks` blocks up front (the budget), all free.
+    /// Allocates `n_blocks` f32 blocks up front (the budget), all free.
     pub fn new(config: &Config, block_size: usize, n_blocks: usize) -> Result<BlockPool> {
-        BlockPool::build(config, block_size, n_blocks, true)
+        BlockPool::build(config, KvElement::F32, block_size, n_blocks, true)
+    }
+
+    /// Allocates `n_blocks` blocks of `element` up front, all free.
+    pub fn with_element(
+        config: &Config,
+        element: KvElement,
+        block_size: usize,
+        n_blocks: usize,
+    ) -> Result<BlockPool> {
+        BlockPool::build(config, element, block_size, n_blocks, true)
     }
 
     /// The allocator without the memory: same free list, same counts, no K or V.
     /// `kvlab capacity` plans a GPU-sized budget with it; writing into it is an error.
-    pub fn counting_only(config: &Config, block_size: usize, n_blocks: usize) -> Result<BlockPool> {
-        BlockPool::build(config, block_size, n_blocks, false)
+    pub fn counting_only(
+        config: &Config,
+        element: KvElement,
+        block_size: usize,
+        n_blocks: usize,
+    ) -> Result<BlockPool> {
+        BlockPool::build(config, element, block_size, n_blocks, false)
     }
 
     fn build(
         config: &Config,
+        element: KvElement,
         block_size: usize,
         n_blocks: usize,
         has_storage: bool,
@@ -67,12 +97,29 @@ impl BlockPool {
         }
         let kv_dim = config.n_kv_heads() * config.head_dim();
         let n_layers = config.num_hidden_layers;
-        let dims = if has_storage {
-            [n_layers, n_blocks, block_size, kv_dim]
-        } else {
-            [0; 4]
+        let what = "the paged KV cache's block pool";
+        let memory = match (has_storage, element) {
+            (false, _) => Memory::CountingOnly,
+            (true, KvElement::F32) => {
+                let dims = [n_layers, n_blocks, block_size, kv_dim];
+                Memory::F32 {
+                    k: zeroed_buffer(what, &dims)?,
+                    v: zeroed_buffer(what, &dims)?,
+                }
+            }
+            (true, KvElement::PerToken { keys, values }) => {
+                let slots = n_blocks
+                    .checked_mul(block_size)
+                    .ok_or_else(|| Error::OutOfMemory {
+                        what: what.into(),
+                        bytes: n_blocks as u128 * block_size as u128,
+                    })?;
+                Memory::PerToken {
+                    keys: Side::new(keys, n_layers, slots, kv_dim)?,
+                    values: Side::new(values, n_layers, slots, kv_dim)?,
+                }
+            }
         };
-        let zeroed = || zeroed_buffer("the paged KV cache's block pool", &dims);
         // One count and one free-list entry per block: sized by the budget, so fallible.
         let mut ref_counts = crate::limits::try_vec(n_blocks, "the paged KV cache's block table")?;
         ref_counts.resize(n_blocks, 0);
@@ -80,21 +127,25 @@ impl BlockPool {
         // Reversed, so that `pop` hands out block 0 first: easier to read in traces.
         free.extend((0..n_blocks).rev());
         Ok(BlockPool {
-            k: zeroed()?,
-            v: zeroed()?,
+            memory,
+            element,
             n_layers,
             n_blocks,
             block_size,
             kv_dim,
             ref_counts,
             free,
-            has_storage,
         })
     }
 
-    /// Bytes of one block: K and V of `block_size` positions in every layer, f32.
-    pub fn block_bytes(config: &Config, block_size: usize) -> usize {
-        block_size * crate::cache::bytes_per_token(config)
+    /// Bytes of one block: K and V of `block_size` positions in every layer, as `element`.
+    pub fn block_bytes(config: &Config, element: KvElement, block_size: usize) -> usize {
+        block_size * element.bytes_per_token(config)
+    }
+
+    /// What each stored key and value is.
+    pub fn element(&self) -> KvElement {
+        self.element
     }
 
     pub fn n_blocks(&self) -> usize {
@@ -119,7 +170,8 @@ impl BlockPool {
     }
     /// Bytes of the whole pool, reserved at creation (what it would be, for a counting pool).
     pub fn bytes(&self) -> usize {
-        2 * self.n_layers * self.n_blocks * self.block_size * self.kv_dim * size_of::<f32>()
+        let per_token = self.element.bytes_per_token_of(self.n_layers, self.kv_dim);
+        self.n_blocks * self.block_size * per_token
     }
 
     // ANCHOR: allocate
@@ -148,22 +200,50 @@ impl BlockPool {
     }
     // ANCHOR_END: allocate
 
-    /// Where row `row` of `block` starts in layer `layer`'s tensor.
+    /// Where row `row` of `block` starts in layer `layer`'s f32 tensor.
     fn offset(&self, layer: usize, block: BlockId, row: usize) -> usize {
         ((layer * self.n_blocks + block) * self.block_size + row) * self.kv_dim
     }
 
-    /// Layer `layer`'s keys in `block`: `[block_size, kv_dim]`.
-    pub fn k_block(&self, layer: usize, block: BlockId) -> &[f32] {
-        let start = self.offset(layer, block, 0);
-        &self.k[start..start + self.block_size * self.kv_dim]
+    // ANCHOR: pool_view
+    /// Layer `layer`'s keys and values of the blocks in `table`, in table order, as
+    /// attention reads them: f32 block slices, or the quantized slots behind the table.
+    pub fn layer_view<'a>(&'a self, layer: usize, table: &'a [BlockId]) -> KvView<'a> {
+        let (bs, kv_dim) = (self.block_size, self.kv_dim);
+        match &self.memory {
+            Memory::F32 { k, v } => {
+                let block = |data: &'a [f32], b: BlockId| {
+                    let start = self.offset(layer, b, 0);
+                    &data[start..start + bs * kv_dim]
+                };
+                KvView::Paged(Paged {
+                    k_blocks: table.iter().map(|&b| block(k, b)).collect(),
+                    v_blocks: table.iter().map(|&b| block(v, b)).collect(),
+                    block_size: bs,
+                    kv_dim,
+                })
+            }
+            Memory::PerToken { keys, values } => {
+                let slots = self.n_blocks * bs;
+                KvView::PagedQuantized(PagedQuantRows {
+                    slots: QuantRows {
+                        keys: keys.rows(layer, slots),
+                        values: values.rows(layer, slots),
+                    },
+                    table,
+                    block_size: bs,
+                })
+            }
+            // Nothing was ever written: a view of no rows (attention reads none).
+            Memory::CountingOnly => KvView::Paged(Paged {
+                k_blocks: Vec::new(),
+                v_blocks: Vec::new(),
+                block_size: bs,
+                kv_dim,
+            }),
+        }
     }
-
-    /// Layer `layer`'s values in `block`: `[block_size, kv_dim]`.
-    pub fn v_block(&self, layer: usize, block: BlockId) -> &[f32] {
-        let start = self.offset(layer, block, 0);
-        &self.v[start..start + self.block_size * self.kv_dim]
-    }
+    // ANCHOR_END: pool_view
 
     /// Writes `k`, `v` (`[n, kv_dim]`, `row + n <= block_size`) into rows `row..row + n` of
     /// `block` in layer `layer`. Refuses a block that another table also holds: a shared
@@ -176,32 +256,78 @@ impl BlockPool {
         k: &[f32],
         v: &[f32],
     ) -> Result<()> {
-        if !self.has_storage {
-            return Err(Error::Internal(
-                "this block pool only counts blocks (capacity planning): it has no memory to write to".into(),
-            ));
-        }
         if self.ref_counts[block] != 1 || layer >= self.n_layers {
             return Err(Error::Internal(format!(
                 "write to block {block} (held by {} tables) in layer {layer}",
                 self.ref_counts[block]
             )));
         }
-        let start = self.offset(layer, block, row);
-        self.k[start..start + k.len()].copy_from_slice(k);
-        self.v[start..start + v.len()].copy_from_slice(v);
+        let (start, bs) = (self.offset(layer, block, row), self.block_size);
+        match &mut self.memory {
+            Memory::CountingOnly => {
+                return Err(Error::Internal(
+                    "this block pool only counts blocks (capacity planning): it has no memory to write to".into(),
+                ))
+            }
+            Memory::F32 { k: keys, v: values } => {
+                keys[start..start + k.len()].copy_from_slice(k);
+                values[start..start + v.len()].copy_from_slice(v);
+            }
+            Memory::PerToken { keys, values } => {
+                let slot = block * bs + row;
+                keys.write(layer, slot, k);
+                values.write(layer, slot, v);
+            }
+        }
         Ok(())
+    }
+
+    /// The stored bytes of `block` in every layer (f32 bits, or codes and scales): what
+    /// the allocator's checks compare to see that a shared block was never written.
+    pub fn block_image(&self, block: BlockId) -> Vec<u8> {
+        let (bs, kv_dim) = (self.block_size, self.kv_dim);
+        let mut out = Vec::new();
+        match &self.memory {
+            Memory::CountingOnly => {}
+            Memory::F32 { k, v } => {
+                for layer in 0..self.n_layers {
+                    let start = self.offset(layer, block, 0);
+                    for data in [k, v] {
+                        let rows = &data[start..start + bs * kv_dim];
+                        out.extend(rows.iter().flat_map(|x| x.to_le_bytes()));
+                    }
+                }
+            }
+            Memory::PerToken { keys, values } => {
+                keys.image(block * bs, bs, &mut out);
+                values.image(block * bs, bs, &mut out);
+            }
+        }
+        out
     }
 
     /// Copies the first `rows` positions of `src` into `dst`, in every layer: copy-on-write.
     /// Returns the bytes copied.
     pub fn copy_rows(&mut self, src: BlockId, dst: BlockId, rows: usize) -> usize {
-        for layer in 0..self.n_layers * self.has_storage as usize {
-            let (from, to) = (self.offset(layer, src, 0), self.offset(layer, dst, 0));
-            let n = rows * self.kv_dim;
-            self.k.copy_within(from..from + n, to);
-            self.v.copy_within(from..from + n, to);
+        let (n_layers, n_blocks, bs, kv_dim) =
+            (self.n_layers, self.n_blocks, self.block_size, self.kv_dim);
+        let (from, to) = (src * bs, dst * bs);
+        match &mut self.memory {
+            Memory::CountingOnly => 0,
+            Memory::F32 { k, v } => {
+                for layer in 0..n_layers {
+                    // Slot `s` of layer `l` starts at `(l * n_blocks * bs + s) * kv_dim`.
+                    let base = layer * n_blocks * bs;
+                    let (from, to) = ((base + from) * kv_dim, (base + to) * kv_dim);
+                    let n = rows * kv_dim;
+                    k.copy_within(from..from + n, to);
+                    v.copy_within(from..from + n, to);
+                }
+                2 * n_layers * rows * kv_dim * size_of::<f32>()
+            }
+            Memory::PerToken { keys, values } => {
+                keys.copy_rows(from, to, rows) + values.copy_rows(from, to, rows)
+            }
         }
-        2 * self.n_layers * rows * self.kv_dim * size_of::<f32>()
     }
 }

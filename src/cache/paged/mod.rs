@@ -33,7 +33,7 @@ mod seq;
 pub use block_pool::{BlockId, BlockPool};
 pub use seq::PagedSeq;
 
-use crate::cache::rows::Paged;
+use crate::cache::element::KvElement;
 use crate::cache::view::KvView;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -96,14 +96,26 @@ pub struct PoolStats {
 }
 
 impl PagedCache {
-    /// A pool of `n_blocks` blocks of `block_size` positions.
+    /// A pool of `n_blocks` f32 blocks of `block_size` positions.
     pub fn new(
         config: &Config,
         block_size: usize,
         n_blocks: usize,
         prefix_caching: bool,
     ) -> Result<PagedCache> {
-        let pool = BlockPool::new(config, block_size, n_blocks)?;
+        PagedCache::with_element(config, KvElement::F32, block_size, n_blocks, prefix_caching)
+    }
+
+    /// A pool of `n_blocks` blocks of `block_size` positions, each value stored as
+    /// `element` (f32, or int8/int4 codes: `cache/element.rs`).
+    pub fn with_element(
+        config: &Config,
+        element: KvElement,
+        block_size: usize,
+        n_blocks: usize,
+        prefix_caching: bool,
+    ) -> Result<PagedCache> {
+        let pool = BlockPool::with_element(config, element, block_size, n_blocks)?;
         Ok(PagedCache::with_pool(config, pool, prefix_caching))
     }
 
@@ -112,39 +124,43 @@ impl PagedCache {
     /// (the blocks are counted) but not written.
     pub fn counting_only(
         config: &Config,
+        element: KvElement,
         block_size: usize,
         budget_bytes: usize,
         prefix_caching: bool,
     ) -> Result<PagedCache> {
-        let n_blocks = blocks_in_budget(config, block_size, budget_bytes)?;
-        let pool = BlockPool::counting_only(config, block_size, n_blocks)?;
+        let n_blocks = blocks_in_budget(config, element, block_size, budget_bytes)?;
+        let pool = BlockPool::counting_only(config, element, block_size, n_blocks)?;
         Ok(PagedCache::with_pool(config, pool, prefix_caching))
     }
 
     fn with_pool(config: &Config, pool: BlockPool, prefix_caching: bool) -> PagedCache {
-        let (n_blocks, block_size) = (pool.n_blocks(), pool.block_size());
+        let (n_blocks, block_size, element) = (pool.n_blocks(), pool.block_size(), pool.element());
         PagedCache {
             prefix: prefix_caching.then(|| PrefixIndex::new(n_blocks)),
             pool,
             seqs: BTreeMap::new(),
             next_id: 0,
             kv_dim: config.n_kv_heads() * config.head_dim(),
-            block_bytes: BlockPool::block_bytes(config, block_size),
-            token_bytes: crate::cache::bytes_per_token(config),
+            block_bytes: BlockPool::block_bytes(config, element, block_size),
+            token_bytes: element.bytes_per_token(config),
             cow_copies: 0,
             bytes_copied: 0,
         }
     }
 
     /// As many blocks as `budget_bytes` holds (vLLM sizes its pool this way at start-up).
+    /// Blocks of `element`: an int8 block holds the same positions in about a quarter
+    /// of the bytes, so the same budget holds about four times the positions.
     pub fn with_budget(
         config: &Config,
+        element: KvElement,
         block_size: usize,
         budget_bytes: usize,
         prefix_caching: bool,
     ) -> Result<PagedCache> {
-        let n_blocks = blocks_in_budget(config, block_size, budget_bytes)?;
-        PagedCache::new(config, block_size, n_blocks, prefix_caching)
+        let n_blocks = blocks_in_budget(config, element, block_size, budget_bytes)?;
+        PagedCache::with_element(config, element, block_size, n_blocks, prefix_caching)
     }
 
     pub fn block_size(&self) -> usize {
@@ -391,12 +407,7 @@ impl PagedCache {
     pub fn read_seq(&self, id: SeqId, layer: usize, end: usize) -> KvView<'_> {
         let bs = self.pool.block_size();
         let table = &self.seqs[&id].blocks[..end.div_ceil(bs)];
-        KvView::Paged(Paged {
-            k_blocks: table.iter().map(|&b| self.pool.k_block(layer, b)).collect(),
-            v_blocks: table.iter().map(|&b| self.pool.v_block(layer, b)).collect(),
-            block_size: bs,
-            kv_dim: self.kv_dim,
-        })
+        self.pool.layer_view(layer, table)
     }
 
     // ANCHOR: paged_advance
@@ -459,9 +470,15 @@ impl PagedCache {
     // ANCHOR_END: paged_truncate
 }
 
-/// How many whole blocks `budget_bytes` holds; at least one, or an error that says so.
-fn blocks_in_budget(config: &Config, block_size: usize, budget_bytes: usize) -> Result<usize> {
-    let block_bytes = BlockPool::block_bytes(config, block_size.max(1));
+/// How many whole blocks of `element` `budget_bytes` holds; at least one, or an error
+/// that says so.
+pub fn blocks_in_budget(
+    config: &Config,
+    element: KvElement,
+    block_size: usize,
+    budget_bytes: usize,
+) -> Result<usize> {
+    let block_bytes = BlockPool::block_bytes(config, element, block_size.max(1));
     if budget_bytes < block_bytes {
         return Err(Error::InvalidArgument(format!(
             "a budget of {budget_bytes} bytes is less than one block ({block_size} positions = {block_bytes} bytes): raise --budget or lower --block-size"

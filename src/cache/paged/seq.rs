@@ -4,6 +4,7 @@
 //! Book: paged-attention.md.
 
 use super::{PagedCache, SeqId, Sequence};
+use crate::cache::element::KvElement;
 use crate::cache::view::KvView;
 use crate::cache::KvStore;
 use crate::config::Config;
@@ -21,14 +22,26 @@ pub struct PagedSeq<C> {
 // ANCHOR_END: paged_seq
 
 impl PagedSeq<PagedCache> {
-    /// A pool of `n_blocks` blocks with one sequence in it.
+    /// A pool of `n_blocks` f32 blocks with one sequence in it.
     pub fn single(
         config: &Config,
         block_size: usize,
         n_blocks: usize,
         prefix_caching: bool,
     ) -> Result<PagedSeq<PagedCache>> {
-        let mut cache = PagedCache::new(config, block_size, n_blocks, prefix_caching)?;
+        PagedSeq::single_of(config, KvElement::F32, block_size, n_blocks, prefix_caching)
+    }
+
+    /// A pool of `n_blocks` blocks of `element` with one sequence in it.
+    pub fn single_of(
+        config: &Config,
+        element: KvElement,
+        block_size: usize,
+        n_blocks: usize,
+        prefix_caching: bool,
+    ) -> Result<PagedSeq<PagedCache>> {
+        let mut cache =
+            PagedCache::with_element(config, element, block_size, n_blocks, prefix_caching)?;
         let id = cache.add_sequence();
         Ok(PagedSeq { cache, id })
     }

@@ -18,8 +18,9 @@
 //! cache holding quantized-then-dequantized values: the two give bitwise-equal logits
 //! (`tests/quant.rs`), so everything the quantized cache changes is the rounding itself.
 //!
-//! Contiguous and preallocated only: the paged pool stores f32 blocks (a quantized block
-//! pool would hold codes and scales per block the same way; not built).
+//! This file's [`QuantCache`] is contiguous and preallocated. The paged pool stores the
+//! same per-token codes and scales in its blocks (`--cache paged --kv int8`,
+//! `cache/element.rs`, [`rows::PagedQuantRows`]); KIVI's per-channel keys stay contiguous.
 
 pub mod codec;
 mod fake;

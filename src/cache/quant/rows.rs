@@ -40,3 +40,48 @@ impl KvHeads for QuantRows<'_> {
     }
 }
 // ANCHOR_END: quant_rows
+
+// ANCHOR: paged_quant_rows
+/// One layer of a paged pool of quantized blocks: position `j` is slot
+/// `table[j / block_size] * block_size + j % block_size` of the pool's codes, the address
+/// computation of [`crate::cache::rows::Paged`] in front of the codec of [`QuantRows`].
+pub struct PagedQuantRows<'a> {
+    /// The whole pool's slots, `[n_blocks * block_size, ...]`.
+    pub slots: QuantRows<'a>,
+    /// The sequence's block table.
+    pub table: &'a [usize],
+    pub block_size: usize,
+}
+
+impl PagedQuantRows<'_> {
+    #[inline]
+    fn slot(&self, j: usize) -> usize {
+        self.table[j / self.block_size] * self.block_size + j % self.block_size
+    }
+}
+
+impl KvHeads for PagedQuantRows<'_> {
+    #[inline]
+    fn key_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        scratch: &'s mut [f32],
+    ) -> &'s [f32] {
+        self.slots
+            .key_head(self.slot(j), kv_head, head_dim, scratch)
+    }
+    #[inline]
+    fn value_head<'s>(
+        &'s self,
+        j: usize,
+        kv_head: usize,
+        head_dim: usize,
+        scratch: &'s mut [f32],
+    ) -> &'s [f32] {
+        self.slots
+            .value_head(self.slot(j), kv_head, head_dim, scratch)
+    }
+}
+// ANCHOR_END: paged_quant_rows

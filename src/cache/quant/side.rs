@@ -49,6 +49,19 @@ impl Scheme {
         }
     }
 
+    /// Bytes of one position in one layer, its share of the scales included (for a
+    /// per-channel scheme, a share of its group's: `1 / group` of them).
+    pub fn bytes_per_position(self, kv_dim: usize) -> usize {
+        let scale_bytes = kv_dim * self.floats_per_group() * size_of::<f32>() / self.group();
+        self.code_bytes(kv_dim) + scale_bytes
+    }
+
+    /// True when each position's row has scales of its own: it can be stored in any slot,
+    /// alone (a paged block, `cache/element.rs`).
+    pub fn is_per_token(self) -> bool {
+        !matches!(self, Scheme::Int4PerChannel { .. })
+    }
+
     /// f32s per scale group: a scale, and for int4 a zero point (`min`).
     fn floats_per_group(self) -> usize {
         match self {
@@ -227,6 +240,36 @@ impl Side {
         }
     }
     // ANCHOR_END: per_channel
+
+    /// Copies slots `from..from + n` to `to..to + n` in every layer, codes and scales: a
+    /// paged block's copy-on-write. Per-token schemes only (a slot is a whole row there).
+    pub fn copy_rows(&mut self, from: usize, to: usize, n: usize) -> usize {
+        debug_assert!(self.scheme.is_per_token());
+        let code_bytes = self.scheme.code_bytes(self.kv_dim);
+        let row_scales = self.kv_dim / self.scheme.group() * self.scheme.floats_per_group();
+        for layer in 0..self.n_layers {
+            let (src, dst) = (layer * self.capacity + from, layer * self.capacity + to);
+            self.codes
+                .copy_within(src * code_bytes..(src + n) * code_bytes, dst * code_bytes);
+            self.scales
+                .copy_within(src * row_scales..(src + n) * row_scales, dst * row_scales);
+        }
+        self.n_layers * n * (code_bytes + row_scales * size_of::<f32>())
+    }
+
+    /// Appends the stored bytes of slots `from..from + n` in every layer (codes, then the
+    /// scales' bits) to `out`: what a check compares to see that nothing wrote there.
+    pub fn image(&self, from: usize, n: usize, out: &mut Vec<u8>) {
+        debug_assert!(self.scheme.is_per_token());
+        let code_bytes = self.scheme.code_bytes(self.kv_dim);
+        let row_scales = self.kv_dim / self.scheme.group() * self.scheme.floats_per_group();
+        for layer in 0..self.n_layers {
+            let slot = layer * self.capacity + from;
+            out.extend_from_slice(&self.codes[slot * code_bytes..(slot + n) * code_bytes]);
+            let scales = &self.scales[slot * row_scales..(slot + n) * row_scales];
+            out.extend(scales.iter().flat_map(|x| x.to_le_bytes()));
+        }
+    }
 
     /// Forgets positions `new_len..` of a cache holding `old_len`. Per channel, a cut into a
     /// group already quantized puts its kept positions back into the residual, dequantized

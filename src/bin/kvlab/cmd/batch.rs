@@ -1,7 +1,7 @@
 //! `kvlab bench-batch`: the serving engine's throughput against concurrency, and the
 //! decode stall with and without chunked prefill (book: scheduling.md).
 
-use crate::args::{JsonArgs, ModelArgs};
+use crate::args::{BlockSizeArgs, JsonArgs, KvArgs, ModelArgs};
 use crate::print;
 use clap::Args;
 use kvlab::error::Result;
@@ -31,6 +31,10 @@ pub struct BenchBatchArgs {
     #[arg(long, default_value_t = 128)]
     pub stall_budget: usize,
     #[command(flatten)]
+    pub block: BlockSizeArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
+    #[command(flatten)]
     pub out: JsonArgs,
 }
 
@@ -43,6 +47,8 @@ pub fn bench_batch(args: BenchBatchArgs) -> Result<()> {
         running: args.running,
         long_prompt: args.long_prompt,
         stall_budget: args.stall_budget,
+        kv: args.kv.policy()?,
+        block_size: args.block.block_size,
     };
     let report = batching::run(Arc::new(loaded.model), &loaded.name, options)?;
     if args.out.json {

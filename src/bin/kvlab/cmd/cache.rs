@@ -56,6 +56,9 @@ pub struct CapacityArgs {
     pub max_new_tokens: usize,
     #[command(flatten)]
     pub block: BlockSizeArgs,
+    /// What each cached value is: full (f32), int8 or int4-per-token (groups of 32).
+    #[arg(long, default_value = "full", value_name = "ELEMENT")]
+    pub kv: String,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     #[command(flatten)]
@@ -162,7 +165,11 @@ pub fn capacity(args: CapacityArgs) -> Result<()> {
             args.max_prompt, args.max_new_tokens
         )));
     }
-    let block_bytes = kvlab::cache::bytes_per_token(&config).saturating_mul(args.block.block_size);
+    let policy = kvlab::cache::KvPolicy::parse(&args.kv, Default::default())?;
+    let element = kvlab::cache::KvElement::for_pool(&config, policy, "paged")?;
+    let block_bytes = element
+        .bytes_per_token(&config)
+        .saturating_mul(args.block.block_size);
     let blocks = budget / block_bytes.max(1);
     if blocks > MAX_CAPACITY_BLOCKS {
         return Err(Error::InvalidArgument(format!(
@@ -177,7 +184,14 @@ pub fn capacity(args: CapacityArgs) -> Result<()> {
         args.seed,
     );
     let block_size = args.block.block_size;
-    let report = capacity::capacity(&config, budget, block_size, args.max_new_tokens, &mix)?;
+    let report = capacity::capacity(
+        &config,
+        element,
+        budget,
+        block_size,
+        args.max_new_tokens,
+        &mix,
+    )?;
     if args.out.json {
         return print::json(&report);
     }

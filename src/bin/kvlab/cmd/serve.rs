@@ -2,7 +2,7 @@
 //! against one): book serving.md. Both only parse arguments; the server and the load
 //! generator live in the library (`kvlab::server`).
 
-use crate::args::DEFAULT_MODEL;
+use crate::args::{BlockSizeArgs, KvArgs, DEFAULT_MODEL};
 use crate::checks::{at_least, in_range};
 use crate::print;
 use clap::{Args, ValueEnum};
@@ -50,6 +50,10 @@ pub struct ServeArgs {
     /// Do not reuse the KV blocks of prompt prefixes seen before.
     #[arg(long)]
     pub no_prefix_caching: bool,
+    #[command(flatten)]
+    pub block: BlockSizeArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -107,6 +111,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         kv_budget_bytes: args.kv_budget,
         max_waiting: args.max_waiting,
         prefix_caching: !args.no_prefix_caching,
+        block_size: args.block.block_size,
+        kv: args.kv.policy()?,
         ..EngineConfig::default()
     };
     config.max_body_bytes = args.max_body_bytes;

@@ -403,9 +403,10 @@ pub fn trace(rows: &[TraceRow]) {
 /// `kvlab capacity`.
 pub fn capacity(r: &CapacityReport, max_prompt: usize, seed: u64) {
     outln!(
-        "budget {} ({} bytes) of f32 KV cache, {} per token; requests: prompt 16..{} tokens (mean {:.0}), output 1..{} (mean {:.0}), seed {}",
+        "budget {} ({} bytes) of {} KV cache, {} per token; requests: prompt 16..{} tokens (mean {:.0}), output 1..{} (mean {:.0}), seed {}",
         human_bytes(r.budget_bytes),
         r.budget_bytes,
+        if r.kv == "full" { "f32" } else { r.kv },
         human_bytes(r.bytes_per_token),
         max_prompt,
         r.mean_prompt_len,
