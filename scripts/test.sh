@@ -13,7 +13,16 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step prints how long the one before it took, and the last a table of them all:
+# CI must stay under 40 minutes, and this says where the time goes.
+STEP_NAME="" STEP_START=$SECONDS TIMES=""
+step() {
+    if [ -n "$STEP_NAME" ]; then
+        TIMES+=$(printf '%5d s  %s' $((SECONDS - STEP_START)) "$STEP_NAME")$'\n'
+    fi
+    STEP_NAME="$*" STEP_START=$SECONDS
+    printf '\n==> %s\n' "$*"
+}
 
 step "formatting and lints"
 cargo fmt --all -- --check
@@ -57,3 +66,4 @@ step "every planted kernel bug (kernels/mutants.toml) is caught by the GPU tests
 python3 scripts/kernel-mutants.py
 
 step "all checks passed"
+printf '%s%5d s  in all\n' "$TIMES" "$SECONDS"

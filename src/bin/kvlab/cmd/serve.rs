@@ -118,6 +118,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     config.max_body_bytes = args.max_body_bytes;
     config.default_max_tokens = args.default_max_tokens;
     let policy = config.engine.policy;
+    let pool = format!(
+        "--kv {} in blocks of {}",
+        config.engine.kv.name(),
+        config.engine.block_size
+    );
     let app = App::new(model, tokenizer, config)?;
     runtime()?.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
@@ -130,7 +135,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             .local_addr()
             .map_err(|e| Error::io("the listening socket", e))?;
         eprintln!(
-            "kvlab serve: `{name}` on http://{local}/v1 (policy {}), Ctrl-C to stop",
+            "kvlab serve: `{name}` on http://{local}/v1 (policy {}, {pool}), Ctrl-C to stop",
             policy.name()
         );
         kvlab::server::serve(listener, app, shutdown_signal())

@@ -6,12 +6,14 @@ use kvlab::lab::disagg::DisaggReport;
 pub fn batching(r: &BatchingReport) {
     let o = &r.options;
     outln!(
-        "kvlab bench-batch — {} on {}: {} greedy requests of {} prompt + {} new tokens, one at a time (sequential) vs all at once (continuous batching)",
+        "kvlab bench-batch — {} on {}: {} greedy requests of {} prompt + {} new tokens, one at a time (sequential) vs all at once (continuous batching); KV pool --kv {} in blocks of {}",
         r.model,
         r.machine,
         o.concurrency.iter().map(|c| c.to_string()).collect::<Vec<_>>().join("/"),
         o.prompt_len,
-        o.max_tokens
+        o.max_tokens,
+        o.kv.name(),
+        o.block_size
     );
     outln!(
         "roof: {:.0} MB of weights per pass / {:.1} GB/s measured = {:.1} ms per decode step, however many rows",
