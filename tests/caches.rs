@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bits, tiny_config};
+use common::{bits, step_logits_on, tiny_config};
 use kvlab::backend::generate;
 use kvlab::cache::paged::{BlockPool, PoolStats};
 use kvlab::cache::PreallocatedCache;
@@ -34,20 +34,6 @@ fn config_strategy() -> impl Strategy<Value = Config> {
 
 fn tokens(vocab: usize, len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<u32>> {
     prop::collection::vec(0..vocab as u32, len)
-}
-
-/// Logits after the prompt and after each continuation token, on any cache.
-fn step_logits(
-    model: &Model,
-    cache: &mut dyn KvStore,
-    prompt: &[u32],
-    continuation: &[u32],
-) -> Vec<Vec<f32>> {
-    let mut all = vec![model.forward(prompt, KvSource::Cache(cache)).unwrap()];
-    for &t in continuation {
-        all.push(model.forward(&[t], KvSource::Cache(cache)).unwrap());
-    }
-    all
 }
 
 fn greedy(max_new_tokens: usize) -> GenerateOptions {
@@ -81,10 +67,10 @@ proptest! {
         let model = Model::random(config, seed).unwrap();
         let capacity = prompt.len() + continuation.len();
         let mut reference = PreallocatedCache::new(&model.config, capacity).unwrap();
-        let want = bits(&step_logits(&model, &mut reference, &prompt, &continuation));
+        let want = bits(&step_logits_on(&model, &mut reference, &prompt, &continuation));
         for kind in CacheKind::ALL {
             let mut cache = new_store(&model.config, kind, capacity, block_size).unwrap();
-            let got = bits(&step_logits(&model, &mut cache, &prompt, &continuation));
+            let got = bits(&step_logits_on(&model, &mut cache, &prompt, &continuation));
             prop_assert_eq!(&got, &want, "{:?}", kind);
             prop_assert_eq!(cache.len(), capacity);
             prop_assert_eq!(cache.bytes_used(), reference.bytes_used());

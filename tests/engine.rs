@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{bits, cached_step_logits, real_model_present, tiny_config, MODEL_DIR};
-use kvlab::backend::{cpu_decoder, generate, CacheLayout};
+use common::{bits, real_model_present, step_logits_on, tiny_config, MODEL_DIR};
+use kvlab::backend::{cpu_decoder, CacheLayout};
 use kvlab::cache::paged::BlockPool;
 use kvlab::cache::{new_policy_store, KvElement, KvPolicy};
 use kvlab::engine::{
@@ -16,7 +16,6 @@ use kvlab::engine::{
 };
 use kvlab::generate::generate_with;
 use kvlab::generate::{GenerateOptions, PathKind};
-use kvlab::model::KvSource;
 use kvlab::{Config, Model};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -45,32 +44,19 @@ fn solo_with(model: &Model, request: &Request, kv: KvPolicy) -> (Vec<u32>, Vec<V
         sampler: request.sampling.sampler_config(),
         eos_ids: request.stop_ids.clone(),
     };
-    let generated = if kv == KvPolicy::Full {
-        generate(model, &request.prompt, &opts, |_| {}).unwrap()
-    } else {
-        let layout = CacheLayout {
-            policy: kv,
-            ..CacheLayout::default()
-        };
-        let (prompt, max) = (request.prompt.len(), request.max_tokens);
-        let mut decoder = cpu_decoder(model, PathKind::Cached, layout, prompt, max).unwrap();
-        generate_with(decoder.as_mut(), &request.prompt, &opts, |_| {}).unwrap()
-    }
-    .generated_ids;
-    let fed = &generated[..generated.len() - 1];
-    let logits = if kv == KvPolicy::Full {
-        cached_step_logits(model, &request.prompt, fed)
-    } else {
-        let capacity = request.prompt.len() + fed.len();
-        let mut cache = new_policy_store(&model.config, kv, capacity).unwrap();
-        let mut all = vec![model
-            .forward(&request.prompt, KvSource::Cache(&mut cache))
-            .unwrap()];
-        for &t in fed {
-            all.push(model.forward(&[t], KvSource::Cache(&mut cache)).unwrap());
-        }
-        all
+    // `generate` is this decoder with the default (preallocated, full) layout.
+    let layout = CacheLayout {
+        policy: kv,
+        ..CacheLayout::default()
     };
+    let (prompt, max) = (request.prompt.len(), request.max_tokens);
+    let mut decoder = cpu_decoder(model, PathKind::Cached, layout, prompt, max).unwrap();
+    let generated = generate_with(decoder.as_mut(), &request.prompt, &opts, |_| {})
+        .unwrap()
+        .generated_ids;
+    let fed = &generated[..generated.len() - 1];
+    let mut cache = new_policy_store(&model.config, kv, prompt + fed.len()).unwrap();
+    let logits = step_logits_on(model, &mut cache, &request.prompt, fed);
     let mut tokens = generated.clone();
     if tokens.last().is_some_and(|t| request.stop_ids.contains(t)) {
         tokens.pop();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bits, tiny_config};
+use common::{bits, step_logits_on, tiny_config};
 use kvlab::cache::new_policy_store;
 use kvlab::cache::policy::{KvPolicy, PolicyParams};
 use kvlab::cache::quant::codec::{dequantize_i8, dequantize_u4, quantize_i8, quantize_u4};
@@ -43,20 +43,6 @@ fn case_strategy() -> impl Strategy<Value = (Config, KvPolicy)> {
         })
 }
 
-/// Logits of a prefill of `prompt`, then of each token of `continuation`, one at a time.
-fn run(
-    model: &Model,
-    cache: &mut dyn KvStore,
-    prompt: &[u32],
-    continuation: &[u32],
-) -> Vec<Vec<f32>> {
-    let mut all = vec![model.forward(prompt, KvSource::Cache(cache)).unwrap()];
-    for &t in continuation {
-        all.push(model.forward(&[t], KvSource::Cache(cache)).unwrap());
-    }
-    all
-}
-
 fn ids(vocab: usize, len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<u32>> {
     prop::collection::vec(0..vocab as u32, len)
 }
@@ -78,8 +64,8 @@ proptest! {
         let capacity = prompt.len() + continuation.len();
         let mut quant = QuantCache::new(&config, policy, capacity).unwrap();
         let mut fake = FakeQuantCache::new(&config, policy, capacity).unwrap();
-        let q = run(&model, &mut quant, &prompt, &continuation);
-        let f = run(&model, &mut fake, &prompt, &continuation);
+        let q = step_logits_on(&model, &mut quant, &prompt, &continuation);
+        let f = step_logits_on(&model, &mut fake, &prompt, &continuation);
         prop_assert_eq!(bits(&q), bits(&f));
     }
 
@@ -100,9 +86,9 @@ proptest! {
         let keep = 1 + cut.index(first.len() - 1);
         let mut after = Vec::new();
         for cache in [&mut quant as &mut dyn KvStore, &mut fake] {
-            run(&model, cache, &first[..1], &first[1..]);
+            step_logits_on(&model, cache, &first[..1], &first[1..]);
             cache.truncate(keep);
-            after.push(run(&model, cache, &second[..1], &second[1..]));
+            after.push(step_logits_on(&model, cache, &second[..1], &second[1..]));
         }
         prop_assert_eq!(bits(&after[0]), bits(&after[1]));
     }

@@ -5,7 +5,7 @@ pub mod cli;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 
-use kvlab::cache::PreallocatedCache;
+use kvlab::cache::{KvStore, PreallocatedCache};
 use kvlab::model::KvSource;
 use kvlab::simd::WeightElem;
 use kvlab::{Config, Model};
@@ -60,9 +60,19 @@ pub fn cached_step_logits<E: WeightElem>(
 ) -> Vec<Vec<f32>> {
     let mut cache =
         PreallocatedCache::new(&model.config, prompt.len() + continuation.len()).unwrap();
-    let mut all = vec![model.forward(prompt, KvSource::Cache(&mut cache)).unwrap()];
+    step_logits_on(model, &mut cache, prompt, continuation)
+}
+
+/// The same on any cache: the prompt in one pass, then each continuation token alone.
+pub fn step_logits_on<E: WeightElem>(
+    model: &Model<E>,
+    cache: &mut dyn KvStore,
+    prompt: &[u32],
+    continuation: &[u32],
+) -> Vec<Vec<f32>> {
+    let mut all = vec![model.forward(prompt, KvSource::Cache(cache)).unwrap()];
     for &t in continuation {
-        all.push(model.forward(&[t], KvSource::Cache(&mut cache)).unwrap());
+        all.push(model.forward(&[t], KvSource::Cache(cache)).unwrap());
     }
     all
 }
