@@ -30,6 +30,8 @@
 mod build;
 #[path = "checker/commands.rs"]
 mod commands;
+#[path = "checker/copies.rs"]
+mod copies;
 #[path = "checker/info.rs"]
 mod info;
 #[path = "checker/mutants.rs"]
@@ -87,7 +89,7 @@ fn main() -> ExitCode {
 fn print_usage() {
     eprintln!("usage: {CMD} <subcommand>");
     eprintln!(
-        "  check      compile and test every exercise; show the first unfinished one (default)"
+        "  check      compile and test your copy of every exercise (exercises/mine/); show the first unfinished one (default)"
     );
     eprintln!("  run N      compile and test exercise N (its number or name) with full output");
     eprintln!("  hint [N]   a nudge for exercise N; without N, for the first unfinished one");
@@ -95,7 +97,7 @@ fn print_usage() {
     eprintln!("  list       every exercise, its file and the chapter that assigns it");
     eprintln!("  watch      re-check the next unfinished exercise every time you save a file");
     eprintln!("  solution N the worked solution of exercise N, once yours passes");
-    eprintln!("  reset N    put exercise N's stub back (yours is kept in exercises/target/reset/)");
+    eprintln!("  reset N    your copy of exercise N back to the stub (yours is kept in exercises/target/reset/)");
     eprintln!(
         "  engine     your RMSNorm, RoPE and attention inside kvlab, on SmolLM2 (`--impl learner`)"
     );
@@ -130,9 +132,10 @@ pub(crate) fn build_dir(kind: &str, ex: &Exercise) -> PathBuf {
         .join(dir)
 }
 
-pub(crate) fn run_all_stubs(list: &[Exercise]) -> Vec<Outcome> {
+/// Compiles and tests the learner's copy of every exercise.
+pub(crate) fn run_all_yours(list: &[Exercise]) -> Vec<Outcome> {
     par_map(list, |ex| {
-        build_and_test(&ex.stub(), &build_dir("learner", ex), LEARNER_FLAGS)
+        build_and_test(&ex.yours(), &build_dir("learner", ex), LEARNER_FLAGS)
             .unwrap_or_else(|e| Outcome::CompileError(format!("error: could not run rustc: {e}")))
     })
 }
@@ -143,11 +146,12 @@ pub(crate) fn run_all_stubs(list: &[Exercise]) -> Vec<Outcome> {
 
 fn cmd_check() -> Result<bool, String> {
     let list = load_exercises()?;
+    copies::ensure_copies(&list)?;
     println!(
-        "kvlab exercises: compiling and testing {} files in exercises/ ...\n",
+        "kvlab exercises: compiling and testing your {} files in exercises/mine/ ...\n",
         list.len()
     );
-    let outcomes = run_all_stubs(&list);
+    let outcomes = run_all_yours(&list);
 
     let width = list.iter().map(|e| e.name.len()).max().unwrap_or(8).max(8);
     println!("   #  {:width$}  status", "exercise");
@@ -176,7 +180,7 @@ fn cmd_check() -> Result<bool, String> {
         return Ok(true);
     };
     let ex = &list[i];
-    println!("\nNext up: {}  ->  exercises/{}", ex.label(), ex.path);
+    println!("\nNext up: {}  ->  {}", ex.label(), ex.yours_shown());
     println!("{}", "-".repeat(72));
     println!("{}", excerpt(&outcomes[i]));
     println!("{}", "-".repeat(72));
@@ -194,12 +198,13 @@ fn cmd_check() -> Result<bool, String> {
 fn cmd_run(key: Option<&str>) -> Result<bool, String> {
     let list = load_exercises()?;
     let ex = find_exercise(&list, key.ok_or("`run` needs an exercise number or name")?)?;
-    println!("== {}  (exercises/{})", ex.label(), ex.path);
+    copies::ensure_copies(&list)?;
+    println!("== {}  ({})", ex.label(), ex.yours_shown());
     let out_dir = build_dir("learner", ex);
     fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
-    let bin = test_binary(&ex.stub(), &out_dir);
+    let bin = test_binary(&ex.yours(), &out_dir);
     // Inherit the terminal here so the learner sees rustc's and libtest's full, coloured output.
-    let compiled = rustc_test(&ex.stub(), &bin)
+    let compiled = rustc_test(&ex.yours(), &bin)
         .args(LEARNER_FLAGS)
         .status()
         .map_err(|e| format!("could not run rustc: {e}"))?;
@@ -232,7 +237,8 @@ fn cmd_hint(key: Option<&str>, level: Option<&str>) -> Result<bool, String> {
     let ex = match key {
         Some(key) => find_exercise(&list, key)?,
         None => {
-            let outcomes = run_all_stubs(&list);
+            copies::ensure_copies(&list)?;
+            let outcomes = run_all_yours(&list);
             match outcomes.iter().position(|o| !matches!(o, Outcome::Pass)) {
                 Some(i) => &list[i],
                 None => {
@@ -260,9 +266,9 @@ fn cmd_hint(key: Option<&str>, level: Option<&str>) -> Result<bool, String> {
         },
     };
     println!(
-        "Hint {level}/{n_levels} for {}  (exercises/{}):\n\n{}\n",
+        "Hint {level}/{n_levels} for {}  ({}):\n\n{}\n",
         ex.label(),
-        ex.path,
+        ex.yours_shown(),
         indent(&ex.hints[level - 1])
     );
     if level < n_levels {

@@ -8,9 +8,9 @@
 # plotters (book/src/figures/NAME.svg) and writes its caption (NAME.md: what is plotted,
 # the numbers, the commands, machine, date and commit), which the pages include.
 #
-# About 6 minutes on a 2-core machine with SmolLM2-135M (the naive path is the slow
-# part, on purpose). Run it on an otherwise idle machine: anything else running shows up
-# in the timings. Bigger runs through the variables below, e.g.
+# About 27 minutes on a 2-core machine with SmolLM2-135M (1634 s in the last full run:
+# the naive path and the long contexts are the slow part, on purpose). Run it on an
+# otherwise idle machine: anything else running shows up in the timings. Bigger runs through the variables below, e.g.
 #   PREFILL=16,64,256,1024 CONTEXTS=16,64,256,1024 REPS=5 bash scripts/figures.sh
 # Only some of the experiments (by the name of their data file, comma-separated), then
 # every figure whose data is there is redrawn:

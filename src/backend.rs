@@ -114,8 +114,8 @@ pub enum Backend<'a> {
     /// The reference core (`src/textbook.rs`): one thread, f32 rows, nothing optimised;
     /// the engine's bits, slower (`--impl textbook`).
     Textbook(&'a Model),
-    /// The reference core with the learner's exercise code for RMSNorm, RoPE and
-    /// attention (`src/learner.rs`, `--impl learner`).
+    /// The reference core with the learner's exercise code for RMSNorm, RoPE, attention
+    /// and the KV cache (`src/learner.rs`, `--impl learner`).
     Learner(&'a Model),
     #[cfg(feature = "cuda")]
     Cuda(crate::cuda::GpuModel),
@@ -183,16 +183,35 @@ impl<'a> Backend<'a> {
                 cpu_decoder(model, path, layout, prompt_len, max_new_tokens)
             }
             Backend::CpuInt8(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
-            Backend::Textbook(model) | Backend::Learner(model) => {
+            Backend::Textbook(model) => {
                 if layout != CacheLayout::default() {
                     return Err(crate::error::Error::InvalidArgument(
-                        "--impl textbook and --impl learner keep the textbook's plain cache (one growing list of rows per layer): drop --cache, --block-size and --kv".into(),
+                        "--impl textbook keeps the textbook's plain cache (a growing list of rows per layer): drop --cache, --block-size and --kv".into(),
                     ));
                 }
-                Ok(match self {
-                    Backend::Learner(_) => crate::learner::decoder(model, path),
-                    _ => crate::textbook::decoder(model, path, &crate::textbook::Reference),
-                })
+                Ok(crate::textbook::decoder(
+                    model,
+                    path,
+                    &crate::textbook::Reference,
+                ))
+            }
+            Backend::Learner(model) => {
+                // Your exercise 10 cache, or with --cache paged your exercise 18 block pool.
+                let paged = match (layout.kind, layout.policy) {
+                    (CacheKind::Preallocated, KvPolicy::Full)
+                        if layout.block_size == DEFAULT_BLOCK_SIZE =>
+                    {
+                        None
+                    }
+                    (CacheKind::Paged, KvPolicy::Full) => Some(layout.block_size),
+                    _ => {
+                        return Err(crate::error::Error::InvalidArgument(
+                            "--impl learner runs your own caches: exercise 10's (the default) or, with --cache paged [--block-size N], exercise 18's block pool: drop --kv and the other --cache layouts".into(),
+                        ))
+                    }
+                };
+                let capacity = prompt_len.saturating_add(max_new_tokens);
+                Ok(crate::learner::decoder(model, path, capacity, paged))
             }
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => {

@@ -8,14 +8,20 @@
 //! | RoPE      | `rope(x, pos, theta)`, every head of a row    | 03 |
 //! | attention, a whole sequence (the naive path, and the cached path's prefill) | `causal_attention`, every query head, its KV head from `kv_head_for` | 06, 14 |
 //! | attention, new rows over a cache (the cached path's decode) | `gqa_attention` over the positions each row may see | 14 |
+//! | the greedy choice of the next token (in the kernel check) | `argmax(logits)` | 07 |
+//! | the KV cache, one per layer (the cached path) | `KvCache::new`, `append`, `keys`, `values`, `reset` | 10 |
+//! | the paged KV cache, one per layer (the cached path with `--cache paged`) | `BlockPool::locate`, `key`, `append` | 18 |
 //!
 //! So `kvlab compare --impl learner` runs *your* naive path (06 over the whole sequence,
-//! every step) against *your* cached path (14 over the cache) on SmolLM2, and then
+//! every step) against *your* cached path (14 over *your* cache: 10, or with `--cache
+//! paged` 18) on SmolLM2, and then
 //! against the engine. The embedding, the matmuls, SwiGLU and the LM head stay the
 //! textbook's.
 //!
-//! **Which files are compiled.** A normal build compiles the files under `exercises/`,
-//! as you left them (a change there rebuilds kvlab). kvlab's own unit tests
+//! **Which files are compiled.** A normal build compiles your copies in `exercises/mine/`
+//! (the checker makes them; `build.rs` falls back to the tracked stubs under
+//! `exercises/NN_*/` where there is none), as you left them: a change there rebuilds
+//! kvlab. kvlab's own unit tests
 //! (`cargo test --lib`) compile the worked solutions instead (`exercises/solutions/`),
 //! whose tests pass: an unfinished exercise never fails kvlab's test suite, and the tests
 //! at the end of this file check that the solutions, run in the engine, give the engine's
@@ -28,49 +34,12 @@ use crate::cache::KvBytes;
 use crate::error::{Error, Result};
 use crate::generate::{Decoder, PathKind};
 use crate::model::Model;
-use crate::textbook::{self, Kernels};
+use crate::textbook::{self, Kernels, LayerCache, Rows, TextbookCache};
 
-// The learner's code is theirs, warnings and all: kvlab's lints are not theirs to satisfy
-// (the exercise checker has its own), so nothing in these modules warns.
-#[allow(unused, clippy::all)]
-#[cfg_attr(not(test), path = "../exercises/02_rmsnorm/rmsnorm.rs")]
-#[cfg_attr(test, path = "../exercises/solutions/02_rmsnorm/rmsnorm.rs")]
-mod ex02_rmsnorm;
-
-#[allow(unused, clippy::all)]
-#[cfg_attr(not(test), path = "../exercises/03_rope/rope.rs")]
-#[cfg_attr(test, path = "../exercises/solutions/03_rope/rope.rs")]
-mod ex03_rope;
-
-#[allow(unused, clippy::all)]
-#[cfg_attr(not(test), path = "../exercises/06_causal_mask/causal_attention.rs")]
-#[cfg_attr(
-    test,
-    path = "../exercises/solutions/06_causal_mask/causal_attention.rs"
-)]
-mod ex06_causal_attention;
-
-#[allow(unused, clippy::all)]
-#[cfg_attr(not(test), path = "../exercises/14_gqa_mapping/gqa.rs")]
-#[cfg_attr(test, path = "../exercises/solutions/14_gqa_mapping/gqa.rs")]
-mod ex14_gqa;
-
-/// The exercise files this build compiled in, for reports.
-pub const FILES: [&str; 4] = if cfg!(test) {
-    [
-        "exercises/solutions/02_rmsnorm/rmsnorm.rs",
-        "exercises/solutions/03_rope/rope.rs",
-        "exercises/solutions/06_causal_mask/causal_attention.rs",
-        "exercises/solutions/14_gqa_mapping/gqa.rs",
-    ]
-} else {
-    [
-        "exercises/02_rmsnorm/rmsnorm.rs",
-        "exercises/03_rope/rope.rs",
-        "exercises/06_causal_mask/causal_attention.rs",
-        "exercises/14_gqa_mapping/gqa.rs",
-    ]
-};
+// `mod ex02_rmsnorm; mod ex03_rope; ...` (the files are chosen by `build.rs`: your copy
+// in `exercises/mine/` when there is one, else the tracked stub; the solutions in kvlab's
+// unit tests), and `FILES`, the paths it compiled.
+include!(concat!(env!("OUT_DIR"), "/learner_files.rs"));
 
 // ANCHOR: learner_kernels
 /// The learner's functions behind the textbook's [`Kernels`].
@@ -159,23 +128,197 @@ impl Kernels for Learner {
 }
 // ANCHOR_END: learner_kernels
 
-/// The textbook's `path` with the learner's kernels. A panic in the learner's code (an
-/// `assert!`, an index out of range) ends the generation with an error, not the process.
-pub fn decoder<'a>(model: &'a Model, path: PathKind) -> Box<dyn Decoder + 'a> {
-    Box::new(Guarded(textbook::decoder(model, path, &Learner)))
+// ANCHOR: learner_cache
+/// Exercise 10's preallocated cache as the textbook's [`LayerCache`].
+pub struct LearnerCache(ex10_kv_append::KvCache);
+
+impl LearnerCache {
+    /// One layer of `model`, holding `capacity` positions (your `KvCache::new`).
+    pub fn new(model: &Model, capacity: usize) -> LearnerCache {
+        let heads = Heads::of(&model.config);
+        LearnerCache(ex10_kv_append::KvCache::new(
+            heads.n_kv_heads,
+            heads.head_dim,
+            capacity,
+        ))
+    }
 }
 
-struct Guarded<'a>(Box<dyn Decoder + 'a>);
+impl LayerCache for LearnerCache {
+    fn len(&self) -> usize {
+        self.0.len
+    }
+    fn append(&mut self, k: &[f32], v: &[f32]) -> Result<()> {
+        self.0.append(k, v).map_err(|full| {
+            Error::InvalidArgument(format!(
+                "exercise 10: your KvCache is full ({} positions; position {} asked for room): kvlab made it with room for the prompt and every new token, so check `append`'s test for a full cache (`cargo run --manifest-path exercises/Cargo.toml -- run 10`)",
+                full.capacity,
+                full.requested.saturating_sub(1)
+            ))
+        })
+    }
+    fn keys(&self) -> &[f32] {
+        self.0.keys()
+    }
+    fn values(&self) -> &[f32] {
+        self.0.values()
+    }
+    fn reset(&mut self) {
+        self.0.reset();
+    }
+    fn bytes(&self) -> KvBytes {
+        let f32_bytes = std::mem::size_of::<f32>();
+        KvBytes {
+            reserved: (self.0.k_cache.len() + self.0.v_cache.len()) * f32_bytes,
+            used: (self.keys().len() + self.values().len()) * f32_bytes,
+        }
+    }
+}
+// ANCHOR_END: learner_cache
+
+// ANCHOR: learner_paged_cache
+/// Exercise 18's block pool as the textbook's [`LayerCache`]: keys and values in two pools
+/// of `block_size`-position blocks, each with its sequence's block table.
+pub struct LearnerPagedCache {
+    k_pool: ex18_block_table::BlockPool,
+    v_pool: ex18_block_table::BlockPool,
+    k_seq: ex18_block_table::Sequence,
+    v_seq: ex18_block_table::Sequence,
+    /// Every position read back through the block table (your `key`) after each append:
+    /// `[len, n_kv_heads * head_dim]`, what attention reads.
+    keys: Vec<f32>,
+    values: Vec<f32>,
+}
+
+impl LearnerPagedCache {
+    /// One layer of `model` with room for `capacity` positions in blocks of `block_size`.
+    pub fn new(model: &Model, capacity: usize, block_size: usize) -> LearnerPagedCache {
+        let heads = Heads::of(&model.config);
+        let row = heads.n_kv_heads * heads.head_dim;
+        let block_size = block_size.max(1);
+        let n_blocks = capacity.div_ceil(block_size).max(1);
+        let pool = || {
+            let mut pool = ex18_block_table::BlockPool::new(n_blocks, block_size, row);
+            // A pool that has served other requests hands blocks out in no useful order:
+            // here the last first, so a table that is not read (`pos / block_size` as the
+            // block) reads the wrong block.
+            pool.free = (0..n_blocks).collect();
+            pool
+        };
+        LearnerPagedCache {
+            k_pool: pool(),
+            v_pool: pool(),
+            k_seq: Default::default(),
+            v_seq: Default::default(),
+            keys: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+}
+
+impl LayerCache for LearnerPagedCache {
+    fn len(&self) -> usize {
+        self.k_seq.len
+    }
+    fn append(&mut self, k: &[f32], v: &[f32]) -> Result<()> {
+        let out_of_blocks = |e: ex18_block_table::OutOfBlocks| {
+            Error::InvalidArgument(format!(
+                "exercise 18: your BlockPool ran out of its {} blocks: kvlab gave it room for the prompt and every new token, so check that `append` takes a block only at a boundary (`cargo run --manifest-path exercises/Cargo.toml -- run 18`)",
+                e.n_blocks
+            ))
+        };
+        self.k_pool
+            .append(&mut self.k_seq, k)
+            .map_err(out_of_blocks)?;
+        self.v_pool
+            .append(&mut self.v_seq, v)
+            .map_err(out_of_blocks)?;
+        // Every position again, through the table: a later block written over an earlier
+        // one shows up here, not only in the newest row. O(len) per append, as the paged
+        // kernel reads them all each step.
+        self.keys.clear();
+        self.values.clear();
+        for pos in 0..self.k_seq.len {
+            self.keys
+                .extend_from_slice(self.k_pool.key(&self.k_seq, pos));
+            self.values
+                .extend_from_slice(self.v_pool.key(&self.v_seq, pos));
+        }
+        Ok(())
+    }
+    fn keys(&self) -> &[f32] {
+        &self.keys
+    }
+    fn values(&self) -> &[f32] {
+        &self.values
+    }
+    fn reset(&mut self) {
+        self.k_pool.release(&mut self.k_seq);
+        self.v_pool.release(&mut self.v_seq);
+        self.keys.clear();
+        self.values.clear();
+    }
+    fn bytes(&self) -> KvBytes {
+        let f32_bytes = std::mem::size_of::<f32>();
+        let block_floats = self.k_pool.block_size * self.k_pool.row;
+        KvBytes {
+            // What this sequence holds: its blocks, not the pool.
+            reserved: (self.k_seq.table.len() + self.v_seq.table.len()) * block_floats * f32_bytes,
+            used: (self.keys.len() + self.values.len()) * f32_bytes,
+        }
+    }
+}
+// ANCHOR_END: learner_paged_cache
+
+/// The textbook's `path` with the learner's kernels, and on the cached path the learner's
+/// cache for `capacity` positions per layer: exercise 10's, or with `paged_blocks:
+/// Some(block_size)` exercise 18's. A panic in the learner's code (an `assert!`, an index
+/// out of range) ends the generation with an error, not the process.
+pub fn decoder<'a>(
+    model: &'a Model,
+    path: PathKind,
+    capacity: usize,
+    paged_blocks: Option<usize>,
+) -> Box<dyn Decoder + 'a> {
+    fn on<'a, L: LayerCache + 'a>(
+        model: &'a Model,
+        new_layer: impl Fn() -> L,
+    ) -> Box<dyn Decoder + 'a> {
+        // Your constructor runs here: a panic in it is reported at the prefill.
+        let layers = guarded(|| Ok((0..model.layers.len()).map(|_| new_layer()).collect()));
+        Box::new(Guarded(layers.map(|layers| {
+            textbook::cached_decoder(model, &Learner, TextbookCache { layers })
+        })))
+    }
+    match (path, paged_blocks) {
+        (PathKind::Naive, _) => Box::new(Guarded(Ok(textbook::naive_decoder(model, &Learner)))),
+        (PathKind::Cached, None) => on(model, || LearnerCache::new(model, capacity)),
+        (PathKind::Cached, Some(block_size)) => on(model, || {
+            LearnerPagedCache::new(model, capacity, block_size)
+        }),
+    }
+}
+
+/// Runs the learner's code: a panic becomes an error naming the fix. AssertUnwindSafe:
+/// after a panic whatever `f` was changing is dropped with the generation; no
+/// half-updated state is read again.
+fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(Error::InvalidArgument(
+            "your exercise code panicked (the line above names the file and line): fix it and run `cargo run --manifest-path exercises/Cargo.toml -- check`".into(),
+        ))
+    })
+}
+
+/// A decoder running the learner's code (or the error its construction gave).
+struct Guarded<'a>(Result<Box<dyn Decoder + 'a>>);
 
 impl Guarded<'_> {
     fn run(&mut self, f: impl FnOnce(&mut dyn Decoder) -> Result<Vec<f32>>) -> Result<Vec<f32>> {
-        // AssertUnwindSafe: after a panic the decoder is dropped with the generation; no
-        // half-updated state is ever read again.
-        catch_unwind(AssertUnwindSafe(|| f(self.0.as_mut()))).unwrap_or_else(|_| {
-            Err(Error::InvalidArgument(
-                "your exercise code panicked (the line above names the file and line): fix it and run `cargo run --manifest-path exercises/Cargo.toml -- check`".into(),
-            ))
-        })
+        match &mut self.0 {
+            Ok(decoder) => guarded(|| f(decoder.as_mut())),
+            Err(e) => Err(Error::InvalidArgument(e.to_string())),
+        }
     }
 }
 
@@ -187,7 +330,7 @@ impl Decoder for Guarded<'_> {
         self.run(|d| d.step(token))
     }
     fn kv_bytes(&self) -> KvBytes {
-        self.0.kv_bytes()
+        self.0.as_ref().map(|d| d.kv_bytes()).unwrap_or_default()
     }
 }
 
@@ -210,7 +353,9 @@ pub struct KernelCheck {
     pub ok: bool,
 }
 
-/// How far a correct learner's output may sit from kvlab's: `1e-4` of the output's scale.
+/// How far a correct learner's output may sit from kvlab's: `1e-4` of the output's scale
+/// (nothing for the cache, which must give back the very bits it was given, and for
+/// argmax, whose output is a token id).
 /// A correct function may sum in another order (a different rounding at each add: a few
 /// ulps, about 1e-6 relative for the ~600-term sums here); RoPE may also compute its
 /// angles in f32 (as Hugging Face does) where kvlab uses f64, off by about `pos · 2⁻²⁴`
@@ -218,6 +363,9 @@ pub struct KernelCheck {
 /// plant (no max shift, a missing √d, the wrong pairs, the wrong KV head) is off by more
 /// than 1e-2 of the scale.
 pub fn tolerance(function: &str, scale: f32, max_pos: usize) -> f32 {
+    if matches!(function, "kv_append" | "block_table" | "argmax") {
+        return 0.0; // a cache gives back the bits it was given; a token is right or wrong
+    }
     let angle = if function == "rope" {
         4.0 * max_pos as f32 * f32::EPSILON
     } else {
@@ -230,31 +378,59 @@ pub fn tolerance(function: &str, scale: f32, max_pos: usize) -> f32 {
 struct Tally {
     calls: usize,
     max_abs_diff: f32,
-    /// A call returned the wrong length, a NaN or an infinity.
+    /// A call returned the wrong length, a NaN or an infinity, or refused.
     broken: bool,
     max_abs_reference: f32,
 }
+
+impl Tally {
+    fn record(&mut self, reference: &[f32], yours: &[f32]) {
+        self.broken |= reference.len() != yours.len() || yours.iter().any(|x| !x.is_finite());
+        for (r, y) in reference.iter().zip(yours) {
+            self.max_abs_diff = self.max_abs_diff.max((r - y).abs());
+            self.max_abs_reference = self.max_abs_reference.max(r.abs());
+        }
+    }
+    fn merge(&mut self, other: Tally) {
+        self.calls += other.calls;
+        self.max_abs_diff = self.max_abs_diff.max(other.max_abs_diff);
+        self.broken |= other.broken;
+        self.max_abs_reference = self.max_abs_reference.max(other.max_abs_reference);
+    }
+}
+
+/// Which function a [`Tally`] counts, in the exercises' order.
+const CHECKED: [(&str, &str); 7] = [
+    ("02", "rmsnorm"),
+    ("03", "rope"),
+    ("06", "causal_attention"),
+    ("07", "argmax"),
+    ("10", "kv_append"),
+    ("14", "gqa_attention"),
+    ("18", "block_table"),
+];
+const RMSNORM: usize = 0;
+const ROPE: usize = 1;
+const CAUSAL_ATTENTION: usize = 2;
+const ARGMAX: usize = 3;
+const KV_APPEND: usize = 4;
+const GQA_ATTENTION: usize = 5;
+const BLOCK_TABLE: usize = 6;
 
 /// Runs kvlab's kernels *and* the learner's on the same inputs and passes kvlab's result
 /// on, so each exercise is judged on correct inputs: a mistake in one never hides or
 /// blames another.
 struct Checked<'a> {
     yours: &'a dyn Kernels,
-    // rmsnorm, rope, causal_attention (whole sequence), gqa_attention (over a cache)
-    tallies: std::cell::RefCell<[Tally; 4]>,
+    tallies: std::cell::RefCell<[Tally; 7]>,
     max_pos: std::cell::Cell<usize>,
 }
 
 impl Checked<'_> {
     fn record(&self, which: usize, reference: &[f32], yours: &[f32]) {
         let mut tallies = self.tallies.borrow_mut();
-        let t = &mut tallies[which];
-        t.calls += 1;
-        t.broken |= reference.len() != yours.len() || yours.iter().any(|x| !x.is_finite());
-        for (r, y) in reference.iter().zip(yours) {
-            t.max_abs_diff = t.max_abs_diff.max((r - y).abs());
-            t.max_abs_reference = t.max_abs_reference.max(r.abs());
-        }
+        tallies[which].calls += 1;
+        tallies[which].record(reference, yours);
     }
 }
 
@@ -263,14 +439,14 @@ impl Kernels for Checked<'_> {
         let mut yours = vec![0.0; out.len()];
         self.yours.rmsnorm(x, weight, eps, &mut yours);
         textbook::Reference.rmsnorm(x, weight, eps, out);
-        self.record(0, out, &yours);
+        self.record(RMSNORM, out, &yours);
     }
     fn rope(&self, x: &mut [f32], pos: usize, head_dim: usize, theta: f64) {
         let mut yours = x.to_vec();
         self.yours.rope(&mut yours, pos, head_dim, theta);
         textbook::Reference.rope(x, pos, head_dim, theta);
         self.max_pos.set(self.max_pos.get().max(pos));
-        self.record(1, x, &yours);
+        self.record(ROPE, x, &yours);
     }
     fn attention(
         &self,
@@ -282,25 +458,120 @@ impl Kernels for Checked<'_> {
     ) -> Vec<f32> {
         let yours = self.yours.attention(q, keys, values, start_pos, heads);
         let reference = textbook::Reference.attention(q, keys, values, start_pos, heads);
-        self.record(if start_pos == 0 { 2 } else { 3 }, &reference, &yours);
+        let which = if start_pos == 0 {
+            CAUSAL_ATTENTION
+        } else {
+            GQA_ATTENTION
+        };
+        self.record(which, &reference, &yours);
         reference
     }
 }
 
-/// Checks the learner's four functions on `model`: a prefill of `prompt` and
-/// `decode_steps` greedy steps on the textbook's cached path. A panic in the learner's
-/// code is an error naming the fix.
+/// The learner's layer caches beside the textbook's: every append goes to all of them,
+/// and the pass reads the textbook's, so a wrong cache is named without spoiling the
+/// attention checks. After each append a cache's newest row and its length are compared;
+/// at the end, every row ([`CheckedLayer::compare_all`]).
+struct CheckedLayer {
+    reference: Rows,
+    /// (the [`CHECKED`] entry it counts for, the learner's cache, its tally)
+    yours: Vec<(usize, Box<dyn LayerCache>, Tally)>,
+}
+
+impl CheckedLayer {
+    fn compare_all(&mut self) {
+        for (_, yours, tally) in &mut self.yours {
+            tally.record(self.reference.keys(), yours.keys());
+            tally.record(self.reference.values(), yours.values());
+        }
+    }
+}
+
+impl LayerCache for CheckedLayer {
+    fn len(&self) -> usize {
+        self.reference.len()
+    }
+    fn append(&mut self, k: &[f32], v: &[f32]) -> Result<()> {
+        self.reference.append(k, v)?;
+        let len = self.reference.len();
+        for (_, yours, tally) in &mut self.yours {
+            tally.calls += 1;
+            // A refusal (a cache full too early) is a wrong answer, not the end of the check.
+            tally.broken |= yours.append(k, v).is_err() || yours.len() != len;
+            let last = |rows: &[f32]| {
+                rows.len()
+                    .checked_sub(k.len())
+                    .map(|at| rows[at..].to_vec())
+            };
+            match (last(yours.keys()), last(yours.values())) {
+                (Some(yours_k), Some(yours_v)) => {
+                    tally.record(k, &yours_k);
+                    tally.record(v, &yours_v);
+                }
+                _ => tally.broken = true,
+            }
+        }
+        Ok(())
+    }
+    fn keys(&self) -> &[f32] {
+        self.reference.keys()
+    }
+    fn values(&self) -> &[f32] {
+        self.reference.values()
+    }
+    fn reset(&mut self) {
+        self.reference.reset();
+        self.yours
+            .iter_mut()
+            .for_each(|(_, yours, _)| yours.reset());
+    }
+    fn bytes(&self) -> KvBytes {
+        self.reference.bytes()
+    }
+}
+
+/// The learner's caches for one layer, each with the [`CHECKED`] entry it counts for.
+pub type YourCaches<'a> = dyn Fn() -> Vec<(usize, Box<dyn LayerCache>)> + 'a;
+
+/// Checks the learner's seven functions on `model`: a prefill of `prompt` and
+/// `decode_steps` greedy steps on the textbook's cached path, beside the learner's two
+/// caches (10's, and 18's in blocks of [`CHECK_BLOCK_SIZE`]; room for exactly those
+/// positions), each next token chosen by the learner's argmax and kvlab's. A panic in the
+/// learner's code is an error naming the fix.
 pub fn check_kernels(
     model: &Model,
     prompt: &[u32],
     decode_steps: usize,
 ) -> Result<Vec<KernelCheck>> {
-    check_kernels_of(&Learner, model, prompt, decode_steps)
+    let capacity = prompt.len().saturating_add(decode_steps);
+    let your_caches = || -> Vec<(usize, Box<dyn LayerCache>)> {
+        vec![
+            (KV_APPEND, Box::new(LearnerCache::new(model, capacity))),
+            (
+                BLOCK_TABLE,
+                Box::new(LearnerPagedCache::new(model, capacity, CHECK_BLOCK_SIZE)),
+            ),
+        ]
+    };
+    check_kernels_of(
+        &Learner,
+        &your_caches,
+        ex07_greedy::argmax,
+        model,
+        prompt,
+        decode_steps,
+    )
 }
 
-/// [`check_kernels`] for any kernels `yours` (the tests plant mistakes through this).
+/// Small blocks, so that even a short prompt crosses several block boundaries.
+pub const CHECK_BLOCK_SIZE: usize = 4;
+
+/// [`check_kernels`] for any kernels `yours`, layer caches `your_caches` and greedy choice
+/// `your_argmax` (the tests plant mistakes through this).
 pub fn check_kernels_of(
     yours: &dyn Kernels,
+    your_caches: &YourCaches,
+    your_argmax: fn(&[f32]) -> usize,
     model: &Model,
     prompt: &[u32],
     decode_steps: usize,
@@ -310,24 +581,39 @@ pub fn check_kernels_of(
         tallies: Default::default(),
         max_pos: Default::default(),
     };
-    {
-        let mut decoder = Guarded(textbook::decoder(model, PathKind::Cached, &checked));
-        let mut logits = decoder.prefill(prompt)?;
-        for _ in 0..decode_steps {
-            let next = crate::ops::argmax(&logits) as u32;
-            logits = decoder.step(next)?;
+    let layers = guarded(|| {
+        let mut cache = TextbookCache {
+            layers: (0..model.layers.len())
+                .map(|_| CheckedLayer {
+                    reference: Rows::default(),
+                    yours: your_caches()
+                        .into_iter()
+                        .map(|(which, cache)| (which, cache, Tally::default()))
+                        .collect(),
+                })
+                .collect(),
+        };
+        let mut logits = textbook::forward(&checked, model, prompt, Some(&mut cache))?;
+        for step in 0..=decode_steps {
+            // The index is the output: |yours − kvlab's| is 0 or a wrong token.
+            let next = crate::ops::argmax(&logits);
+            let yours = your_argmax(&logits);
+            checked.record(ARGMAX, &[next as f32], &[yours as f32]);
+            if step < decode_steps {
+                logits = textbook::forward(&checked, model, &[next as u32], Some(&mut cache))?;
+            }
         }
+        cache.layers.iter_mut().for_each(CheckedLayer::compare_all);
+        Ok(cache.layers)
+    })?;
+    let mut tallies = checked.tallies.into_inner();
+    for (which, _, tally) in layers.into_iter().flat_map(|layer| layer.yours) {
+        tallies[which].merge(tally);
     }
-    let names = [
-        ("02", "rmsnorm"),
-        ("03", "rope"),
-        ("06", "causal_attention"),
-        ("14", "gqa_attention"),
-    ];
     let max_pos = checked.max_pos.get();
-    Ok(names
+    Ok(CHECKED
         .iter()
-        .zip(checked.tallies.into_inner())
+        .zip(tallies)
         .map(|(&(exercise, function), t)| {
             let tolerance = tolerance(function, t.max_abs_reference, max_pos);
             let max_abs_diff = (t.calls > 0 && !t.broken).then_some(t.max_abs_diff);
@@ -391,7 +677,7 @@ mod tests {
     #[test]
     fn the_solutions_pass_the_kernel_check() {
         let model = small_model();
-        let checks = check_kernels(&model, &[1, 17, 42, 5, 99, 3], 3).unwrap();
+        let checks = check_kernels(&model, &PROMPT, 3).unwrap();
         for k in &checks {
             assert!(k.ok && k.calls > 0, "{k:?}");
         }
@@ -402,11 +688,17 @@ mod tests {
         let model = small_model();
         let prompt = [4, 8, 15, 16, 23, 42];
         let want = engine_tokens(&model, &prompt, 12);
-        for path in [PathKind::Naive, PathKind::Cached] {
+        for (path, paged) in [
+            (PathKind::Naive, None),
+            (PathKind::Cached, None),
+            (PathKind::Cached, Some(4)),
+            (PathKind::Cached, Some(1)),
+        ] {
+            let mut yours = decoder(&model, path, prompt.len() + 12, paged);
             assert_eq!(
-                tokens(decoder(&model, path).as_mut(), &prompt, 12),
+                tokens(yours.as_mut(), &prompt, 12),
                 want,
-                "{path:?}"
+                "{path:?} {paged:?}"
             );
         }
     }
@@ -435,16 +727,180 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_planted_mistake_is_named_and_only_it() {
-        let model = small_model();
-        let checks = check_kernels_of(&AdjacentPairs, &model, &[1, 17, 42, 5, 99, 3], 2).unwrap();
-        let wrong: Vec<&str> = checks
+    /// The worked solutions' caches, as [`check_kernels`] builds them.
+    fn solution_caches(
+        model: &Model,
+        capacity: usize,
+    ) -> impl Fn() -> Vec<(usize, Box<dyn LayerCache>)> + '_ {
+        move || {
+            vec![
+                (
+                    KV_APPEND,
+                    Box::new(LearnerCache::new(model, capacity)) as Box<dyn LayerCache>,
+                ),
+                (
+                    BLOCK_TABLE,
+                    Box::new(LearnerPagedCache::new(model, capacity, CHECK_BLOCK_SIZE)),
+                ),
+            ]
+        }
+    }
+
+    fn wrong(checks: &[KernelCheck]) -> Vec<&'static str> {
+        checks
             .iter()
             .filter(|k| !k.ok)
             .map(|k| k.function)
-            .collect();
-        assert_eq!(wrong, ["rope"], "{checks:?}");
+            .collect()
+    }
+
+    const PROMPT: [u32; 6] = [1, 17, 42, 5, 99, 3];
+
+    #[test]
+    fn a_planted_mistake_is_named_and_only_it() {
+        let model = small_model();
+        let caches = solution_caches(&model, PROMPT.len() + 2);
+        let checks = check_kernels_of(
+            &AdjacentPairs,
+            &caches,
+            ex07_greedy::argmax,
+            &model,
+            &PROMPT,
+            2,
+        )
+        .unwrap();
+        assert_eq!(wrong(&checks), ["rope"], "{checks:?}");
+    }
+
+    /// Writes every position over row 0 (its `len` still counts).
+    struct RowZero(Rows);
+
+    impl LayerCache for RowZero {
+        fn len(&self) -> usize {
+            self.0.len
+        }
+        fn append(&mut self, k: &[f32], v: &[f32]) -> Result<()> {
+            let row = k.len();
+            self.0.k_cache.resize((self.0.len + 1) * row, 0.0);
+            self.0.v_cache.resize((self.0.len + 1) * row, 0.0);
+            self.0.k_cache[..row].copy_from_slice(k);
+            self.0.v_cache[..row].copy_from_slice(v);
+            self.0.len += 1;
+            Ok(())
+        }
+        fn keys(&self) -> &[f32] {
+            self.0.keys()
+        }
+        fn values(&self) -> &[f32] {
+            self.0.values()
+        }
+        fn reset(&mut self) {
+            self.0.reset();
+        }
+        fn bytes(&self) -> KvBytes {
+            self.0.bytes()
+        }
+    }
+
+    /// Exercise 18's solution, but read back at `pos * row` as if block `i` were the
+    /// table's `i`-th: the table ignored.
+    struct IgnoresTable(LearnerPagedCache);
+
+    impl LayerCache for IgnoresTable {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn append(&mut self, k: &[f32], v: &[f32]) -> Result<()> {
+            self.0.append(k, v)?;
+            let c = &mut self.0;
+            let floats = c.k_seq.len * c.k_pool.row;
+            c.keys = c.k_pool.keys[..floats].to_vec();
+            c.values = c.v_pool.keys[..floats].to_vec();
+            Ok(())
+        }
+        fn keys(&self) -> &[f32] {
+            self.0.keys()
+        }
+        fn values(&self) -> &[f32] {
+            self.0.values()
+        }
+        fn reset(&mut self) {
+            self.0.reset();
+        }
+        fn bytes(&self) -> KvBytes {
+            self.0.bytes()
+        }
+    }
+
+    /// Each planted cache or argmax mistake is named, and nothing else is: a cache that
+    /// writes every position over row 0, one that says it is full one position early, a
+    /// block pool whose table is never read, an argmax that takes the smallest logit. In
+    /// the decoder, a cache one position short stops the generation with its exercise's
+    /// error.
+    #[test]
+    fn a_planted_cache_or_argmax_mistake_is_named_and_only_it() {
+        let model = small_model();
+        let room = PROMPT.len() + 2;
+        let planted: [(&str, Box<YourCaches>); 3] = [
+            (
+                "kv_append",
+                Box::new(|| {
+                    vec![(
+                        KV_APPEND,
+                        Box::new(RowZero(Rows::default())) as Box<dyn LayerCache>,
+                    )]
+                }),
+            ),
+            (
+                "kv_append",
+                Box::new(|| {
+                    vec![(
+                        KV_APPEND,
+                        Box::new(LearnerCache::new(&model, room - 1)) as Box<dyn LayerCache>,
+                    )]
+                }),
+            ),
+            (
+                "block_table",
+                Box::new(|| {
+                    let paged = LearnerPagedCache::new(&model, room, CHECK_BLOCK_SIZE);
+                    vec![(
+                        BLOCK_TABLE,
+                        Box::new(IgnoresTable(paged)) as Box<dyn LayerCache>,
+                    )]
+                }),
+            ),
+        ];
+        for (function, caches) in planted {
+            let checks =
+                check_kernels_of(&Learner, &caches, ex07_greedy::argmax, &model, &PROMPT, 2)
+                    .unwrap();
+            // The exercise not planted has no cache here: it is named too (0 calls).
+            let named: Vec<_> = wrong(&checks)
+                .into_iter()
+                .filter(|f| !matches!(*f, "kv_append" | "block_table") || *f == function)
+                .collect();
+            assert_eq!(named, [function], "{checks:?}");
+            let planted = checks.iter().find(|k| k.function == function).unwrap();
+            assert!(planted.calls > 0, "{checks:?}");
+        }
+
+        let argmin: fn(&[f32]) -> usize =
+            |logits| crate::ops::argmax(&logits.iter().map(|x| -x).collect::<Vec<_>>());
+        let caches = solution_caches(&model, room);
+        let checks = check_kernels_of(&Learner, &caches, argmin, &model, &PROMPT, 2).unwrap();
+        assert_eq!(wrong(&checks), ["argmax"], "{checks:?}");
+
+        for (paged, error) in [
+            (None, "exercise 10: your KvCache is full"),
+            (Some(2), "exercise 18: your BlockPool ran out"),
+        ] {
+            // Room for the prompt only (in blocks of 2: 3 blocks, all full).
+            let mut short = decoder(&model, PathKind::Cached, PROMPT.len(), paged);
+            short.prefill(&PROMPT).unwrap();
+            let err = short.step(3).unwrap_err().to_string();
+            assert!(err.contains(error), "{err}");
+        }
     }
 
     #[test]
@@ -459,7 +915,10 @@ mod tests {
                 q.to_vec()
             }
         }
-        let err = check_kernels_of(&Panics, &small_model(), &[1, 2], 1).unwrap_err();
+        let model = small_model();
+        let caches = solution_caches(&model, 3);
+        let err = check_kernels_of(&Panics, &caches, ex07_greedy::argmax, &model, &[1, 2], 1)
+            .unwrap_err();
         assert!(
             err.to_string().contains("your exercise code panicked"),
             "{err}"
@@ -498,11 +957,16 @@ mod tests {
             assert!(k.ok, "{k:?}");
         }
         let want = engine_tokens(&model, &prompt, 6);
-        for path in [PathKind::Naive, PathKind::Cached] {
+        for (path, paged) in [
+            (PathKind::Naive, None),
+            (PathKind::Cached, None),
+            (PathKind::Cached, Some(16)),
+        ] {
+            let mut yours = decoder(&model, path, prompt.len() + 6, paged);
             assert_eq!(
-                tokens(decoder(&model, path).as_mut(), &prompt, 6),
+                tokens(yours.as_mut(), &prompt, 6),
                 want,
-                "{path:?}"
+                "{path:?} {paged:?}"
             );
         }
     }

@@ -39,14 +39,80 @@ use crate::model::{s as slice, Model};
 use crate::ops::{apply_rope, rmsnorm, rope_cos_sin, softmax};
 
 // ANCHOR: textbook_cache
-/// The KV cache, as simple as it gets: for every layer, the keys and the values of every
-/// position so far, one row after another. `k_cache[l]` is `[len, n_kv_heads * head_dim]`.
+/// One layer's KV cache, as the cached path uses it: append each new position's K and V,
+/// then read every position's back. [`Rows`] is the textbook's; exercise 10's
+/// preallocated `KvCache` is another (`--impl learner`, `src/learner.rs`).
+pub trait LayerCache {
+    /// Positions held: the next one appended is position `len()`.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Writes the next position's K and V, `[n_kv_heads * head_dim]` each.
+    fn append(&mut self, k: &[f32], v: &[f32]) -> Result<()>;
+    /// Every position's keys so far, `[len, n_kv_heads * head_dim]`.
+    fn keys(&self) -> &[f32];
+    /// Every position's values so far, `[len, n_kv_heads * head_dim]`.
+    fn values(&self) -> &[f32];
+    /// Forgets every position (a new request), keeping the memory.
+    fn reset(&mut self);
+    /// The bytes it holds and the bytes it has reserved.
+    fn bytes(&self) -> KvBytes;
+}
+
+/// The textbook's layer cache, as simple as it gets: the keys and the values of every
+/// position so far, one row after another, in lists that grow as they fill.
 #[derive(Debug, Clone, Default)]
-pub struct TextbookCache {
-    pub k_cache: Vec<Vec<f32>>,
-    pub v_cache: Vec<Vec<f32>>,
-    /// Positions held.
+pub struct Rows {
+    pub k_cache: Vec<f32>, // [len, n_kv_heads * head_dim]
+    pub v_cache: Vec<f32>, // [len, n_kv_heads * head_dim]
     pub len: usize,
+}
+
+impl LayerCache for Rows {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn append(&mut self, k: &[f32], v: &[f32]) -> Result<()> {
+        self.k_cache.extend_from_slice(k);
+        self.v_cache.extend_from_slice(v);
+        self.len += 1;
+        Ok(())
+    }
+    fn keys(&self) -> &[f32] {
+        &self.k_cache
+    }
+    fn values(&self) -> &[f32] {
+        &self.v_cache
+    }
+    fn reset(&mut self) {
+        self.k_cache.clear();
+        self.v_cache.clear();
+        self.len = 0;
+    }
+    fn bytes(&self) -> KvBytes {
+        let f32_bytes = std::mem::size_of::<f32>();
+        KvBytes {
+            reserved: (self.k_cache.capacity() + self.v_cache.capacity()) * f32_bytes,
+            used: (self.k_cache.len() + self.v_cache.len()) * f32_bytes,
+        }
+    }
+}
+
+/// The KV cache: one [`LayerCache`] per layer, all holding the same positions.
+#[derive(Debug, Clone, Default)]
+pub struct TextbookCache<L = Rows> {
+    pub layers: Vec<L>,
+}
+
+impl<L: LayerCache> TextbookCache<L> {
+    /// Positions held (every layer holds the same ones).
+    pub fn len(&self) -> usize {
+        self.layers.first().map_or(0, L::len)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl TextbookCache {
@@ -54,6 +120,7 @@ impl TextbookCache {
     /// and V, and returns the logits of the last one, `[vocab]`: the prefill when the
     /// cache is empty, one decode step when `new_tokens` is one token.
     pub fn logits(&mut self, model: &Model, new_tokens: &[u32]) -> Result<Vec<f32>> {
+        self.layers.resize_with(model.layers.len(), Rows::default);
         forward(&Reference, model, new_tokens, Some(self))
     }
 }
@@ -61,7 +128,7 @@ impl TextbookCache {
 /// The naive path (`use_cache=False`): the whole sequence, every time. Step `t` costs a
 /// prefill of `t` tokens; nothing is kept between calls.
 pub fn naive_logits(model: &Model, seq: &[u32]) -> Result<Vec<f32>> {
-    forward(&Reference, model, seq, None)
+    forward::<Rows>(&Reference, model, seq, None)
 }
 // ANCHOR_END: textbook_cache
 
@@ -115,11 +182,11 @@ impl Kernels for Reference {
 /// `tokens` through every layer; returns the logits of the last token, `[vocab]`.
 /// Without a cache the tokens are the whole sequence, from position 0; with one they
 /// follow the positions it holds. `kernels` computes RMSNorm, RoPE and attention.
-pub fn forward(
+pub fn forward<L: LayerCache>(
     kernels: &dyn Kernels,
     model: &Model,
     tokens: &[u32],
-    mut cache: Option<&mut TextbookCache>,
+    mut cache: Option<&mut TextbookCache<L>>,
 ) -> Result<Vec<f32>> {
     let c = &model.config;
     let (dim, hidden) = (c.hidden_size, c.intermediate_size);
@@ -129,13 +196,18 @@ pub fn forward(
         heads.n_kv_heads * heads.head_dim,
     );
     let eps = c.rms_norm_eps as f32;
-    let start_pos = cache.as_ref().map_or(0, |cache| cache.len);
+    let start_pos = cache.as_ref().map_or(0, |cache| cache.len());
     check(model, tokens, start_pos)?;
-    let n = tokens.len();
-    if let Some(cache) = cache.as_deref_mut() {
-        cache.k_cache.resize(model.layers.len(), Vec::new());
-        cache.v_cache.resize(model.layers.len(), Vec::new());
+    if let Some(cache) = &cache {
+        if cache.layers.len() != model.layers.len() {
+            return Err(Error::InvalidArgument(format!(
+                "the cache has {} layers and the model {}: make one LayerCache per layer",
+                cache.layers.len(),
+                model.layers.len()
+            )));
+        }
     }
+    let n = tokens.len();
 
     // Token embedding: row `token` of the table.                       x: [n, dim]
     let mut x: Vec<f32> = tokens
@@ -183,11 +255,22 @@ pub fn forward(
             None => (&k, &v),
             // Cached: append this pass's K and V, then read every position's back.
             Some(cache) => {
-                cache.k_cache[l].extend_from_slice(&k);
-                cache.v_cache[l].extend_from_slice(&v);
-                (&cache.k_cache[l], &cache.v_cache[l])
+                let layer_cache = &mut cache.layers[l];
+                for (k_row, v_row) in k.chunks_exact(kv_dim).zip(v.chunks_exact(kv_dim)) {
+                    layer_cache.append(k_row, v_row)?;
+                }
+                (layer_cache.keys(), layer_cache.values())
             }
         };
+        let want = (start_pos + n) * kv_dim;
+        if keys.len() != want || values.len() != want {
+            return Err(Error::InvalidArgument(format!(
+                "layer {l}'s cache gave {} key and {} value floats after the pass, not {want} ({} positions of {kv_dim}): its append or its keys()/values() lose or add rows",
+                keys.len(),
+                values.len(),
+                start_pos + n
+            )));
+        }
         let attn = kernels.attention(&q, keys, values, start_pos, heads); // [n, n_heads * head_dim]
         let out = matmul(&attn, slice(&layer.wo), q_dim, dim);
         x.iter_mut().zip(&out).for_each(|(x, o)| *x += o); // residual
@@ -202,9 +285,6 @@ pub fn forward(
         }
         let out = matmul(&gate, slice(&layer.w_down), hidden, dim);
         x.iter_mut().zip(&out).for_each(|(x, o)| *x += o); // residual
-    }
-    if let Some(cache) = cache {
-        cache.len += n;
     }
 
     // Final RMSNorm and the LM head, for the last token only.
@@ -340,17 +420,35 @@ pub fn decoder<'a>(
     kernels: &'a dyn Kernels,
 ) -> Box<dyn Decoder + 'a> {
     match path {
-        PathKind::Naive => Box::new(NaiveDecoder {
-            model,
-            kernels,
-            seq: Vec::new(),
-        }),
-        PathKind::Cached => Box::new(CachedDecoder {
-            model,
-            kernels,
-            cache: TextbookCache::default(),
-        }),
+        PathKind::Naive => naive_decoder(model, kernels),
+        PathKind::Cached => {
+            let layers = vec![Rows::default(); model.layers.len()];
+            cached_decoder(model, kernels, TextbookCache { layers })
+        }
     }
+}
+
+/// The naive path behind [`Decoder`]: the whole sequence through [`forward`] every step.
+pub fn naive_decoder<'a>(model: &'a Model, kernels: &'a dyn Kernels) -> Box<dyn Decoder + 'a> {
+    Box::new(NaiveDecoder {
+        model,
+        kernels,
+        seq: Vec::new(),
+    })
+}
+
+/// The cached path behind [`Decoder`], on `cache` (the textbook's [`Rows`], or any other
+/// [`LayerCache`]: `--impl learner` passes exercise 10's), one per layer of `model`.
+pub fn cached_decoder<'a, L: LayerCache + 'a>(
+    model: &'a Model,
+    kernels: &'a dyn Kernels,
+    cache: TextbookCache<L>,
+) -> Box<dyn Decoder + 'a> {
+    Box::new(CachedDecoder {
+        model,
+        kernels,
+        cache,
+    })
 }
 
 struct NaiveDecoder<'a> {
@@ -362,43 +460,39 @@ struct NaiveDecoder<'a> {
 impl Decoder for NaiveDecoder<'_> {
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
         self.seq = prompt.to_vec();
-        forward(self.kernels, self.model, &self.seq, None)
+        forward::<Rows>(self.kernels, self.model, &self.seq, None)
     }
     fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         self.seq.push(token);
-        forward(self.kernels, self.model, &self.seq, None)
+        forward::<Rows>(self.kernels, self.model, &self.seq, None)
     }
     fn kv_bytes(&self) -> KvBytes {
         KvBytes::default()
     }
 }
 
-struct CachedDecoder<'a> {
+struct CachedDecoder<'a, L> {
     model: &'a Model,
     kernels: &'a dyn Kernels,
-    cache: TextbookCache,
+    cache: TextbookCache<L>,
 }
 
-impl Decoder for CachedDecoder<'_> {
+impl<L: LayerCache> Decoder for CachedDecoder<'_, L> {
     fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
-        self.cache = TextbookCache::default();
+        self.cache.layers.iter_mut().for_each(L::reset);
         forward(self.kernels, self.model, prompt, Some(&mut self.cache))
     }
     fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         forward(self.kernels, self.model, &[token], Some(&mut self.cache))
     }
     fn kv_bytes(&self) -> KvBytes {
-        let floats = |rows: &[Vec<f32>]| {
-            rows.iter()
-                .map(|r| (r.len(), r.capacity()))
-                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
-        };
-        let (k_used, k_reserved) = floats(&self.cache.k_cache);
-        let (v_used, v_reserved) = floats(&self.cache.v_cache);
-        let f32_bytes = std::mem::size_of::<f32>();
-        KvBytes {
-            reserved: (k_reserved + v_reserved) * f32_bytes,
-            used: (k_used + v_used) * f32_bytes,
-        }
+        self.cache
+            .layers
+            .iter()
+            .map(L::bytes)
+            .fold(KvBytes::default(), |a, b| KvBytes {
+                reserved: a.reserved + b.reserved,
+                used: a.used + b.used,
+            })
     }
 }

@@ -165,7 +165,7 @@ fn compare_impl_learner_judges_each_exercise_or_the_whole_run() {
         let against = &report["against_engine"];
         assert_eq!(against["identical_tokens"], true, "{stdout}");
         let kernels = against["kernels"].as_array().unwrap();
-        assert_eq!(kernels.len(), 4);
+        assert_eq!(kernels.len(), 7);
         assert!(kernels.iter().all(|k| k["ok"] == true), "{stdout}");
     } else {
         let kernels = report.as_array().unwrap();

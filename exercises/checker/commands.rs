@@ -1,6 +1,7 @@
 //! The learner's conveniences around `check`: `watch` (re-check on every save),
-//! `solution` (the worked solution, once yours passes), `reset` (back to the stub, yours
-//! kept aside) and `engine` (your code inside kvlab, on the real model).
+//! `solution` (the worked solution, once yours passes), `reset` (your copy back to the
+//! stub, yours kept aside), `list` and `engine` (your code inside kvlab, on the real
+//! model). All of them work on the learner's copies in `exercises/mine/` (`copies.rs`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -9,8 +10,9 @@ use std::thread;
 use std::time::{Duration, SystemTime};
 
 use crate::build::{build_and_test, Outcome};
+use crate::copies::ensure_copies;
 use crate::info::{find_exercise, load_exercises, Exercise};
-use crate::{build_dir, exercises_dir, run_all_stubs, CMD, LEARNER_FLAGS};
+use crate::{build_dir, exercises_dir, run_all_yours, CMD, LEARNER_FLAGS};
 
 /// `solution N`: prints exercise N's worked solution, only once the learner's file passes
 /// (reading it before is reading the answer; `--anyway` is there for the stuck).
@@ -20,6 +22,7 @@ pub fn cmd_solution(key: Option<&str>, anyway: bool) -> Result<bool, String> {
         &list,
         key.ok_or("`solution` needs an exercise number or name")?,
     )?;
+    ensure_copies(&list)?;
     if !anyway && !passes(ex) {
         println!(
             "{} does not pass yet: the solution is shown once it does (`{CMD} run {}`).\n\
@@ -39,11 +42,15 @@ pub fn cmd_solution(key: Option<&str>, anyway: bool) -> Result<bool, String> {
     // The tests are the same as yours, byte for byte: only the code above them differs.
     let code = text.split("#[cfg(test)]").next().unwrap_or(&text);
     println!("{}", code.trim_end());
-    println!("\n(its tests are yours, unchanged. Side by side: diff exercises/{} exercises/solutions/{})", ex.path, ex.path);
+    println!(
+        "\n(its tests are yours, unchanged. Side by side: diff {} exercises/solutions/{})",
+        ex.yours_shown(),
+        ex.path
+    );
     Ok(true)
 }
 
-/// `reset N`: puts the stub back (from git's copy) and keeps the learner's file in
+/// `reset N`: your copy back to the tracked stub, with yours kept in
 /// `exercises/target/reset/`, so a reset is never a loss.
 pub fn cmd_reset(key: Option<&str>) -> Result<bool, String> {
     let list = load_exercises()?;
@@ -52,28 +59,20 @@ pub fn cmd_reset(key: Option<&str>) -> Result<bool, String> {
         key.ok_or("`reset` needs an exercise number or name")?,
     )?;
     let repo = repo_dir()?;
-    let tracked = format!("exercises/{}", ex.path);
-    let stub = Command::new("git")
-        .args(["show", &format!("HEAD:{tracked}")])
-        .current_dir(&repo)
-        .output()
-        .map_err(|e| {
-            format!("could not run git ({e}): reset needs the repository's git history")
-        })?;
-    if !stub.status.success() {
-        return Err(format!(
-            "git has no committed copy of {tracked}: cannot reset it"
-        ));
+    let yours = ex.yours();
+    if yours.exists() {
+        let kept = exercises_dir().join("target").join("reset").join(&ex.path);
+        fs::create_dir_all(kept.parent().unwrap_or(Path::new("."))).map_err(|e| e.to_string())?;
+        fs::copy(&yours, &kept).map_err(|e| e.to_string())?;
+        println!(
+            "Your version: {}",
+            kept.strip_prefix(&repo).unwrap_or(&kept).display()
+        );
+        fs::remove_file(&yours).map_err(|e| e.to_string())?;
     }
-    let kept = exercises_dir().join("target").join("reset").join(&ex.path);
-    fs::create_dir_all(kept.parent().unwrap_or(Path::new("."))).map_err(|e| e.to_string())?;
-    fs::copy(ex.stub(), &kept).map_err(|e| e.to_string())?;
-    fs::write(ex.stub(), &stub.stdout).map_err(|e| e.to_string())?;
-    println!(
-        "{} is its stub again. Your version: {}",
-        ex.label(),
-        kept.strip_prefix(&repo).unwrap_or(&kept).display()
-    );
+    // The copy is made afresh from the stub, as on first use.
+    ensure_copies(std::slice::from_ref(ex))?;
+    println!("{} is its stub again: {}", ex.label(), ex.yours_shown());
     Ok(true)
 }
 
@@ -82,16 +81,17 @@ pub fn cmd_reset(key: Option<&str>) -> Result<bool, String> {
 /// file-watching crate, so the checker keeps no dependencies.
 pub fn cmd_watch() -> Result<bool, String> {
     let list = load_exercises()?;
+    ensure_copies(&list)?;
     let mut seen: Option<SystemTime> = None;
     loop {
         let newest = list
             .iter()
-            .filter_map(|ex| fs::metadata(ex.stub()).and_then(|m| m.modified()).ok())
+            .filter_map(|ex| fs::metadata(ex.yours()).and_then(|m| m.modified()).ok())
             .max();
         if newest != seen {
             seen = newest;
             // One build of every exercise, on all cores, as `check` does.
-            let outcomes = run_all_stubs(&list);
+            let outcomes = run_all_yours(&list);
             match outcomes.iter().position(|o| !matches!(o, Outcome::Pass)) {
                 None => {
                     println!("All {} exercises pass. Next: {CMD} engine", list.len());
@@ -100,13 +100,13 @@ pub fn cmd_watch() -> Result<bool, String> {
                 Some(i) => {
                     let (ex, outcome) = (&list[i], &outcomes[i]);
                     println!(
-                        "\n== {}  (exercises/{}): {}",
+                        "\n== {}  ({}): {}",
                         ex.label(),
-                        ex.path,
+                        ex.yours_shown(),
                         outcome.short()
                     );
                     println!("{}", crate::build::excerpt(outcome));
-                    println!("(watching exercises/ for changes; Ctrl-C to stop; `{CMD} hint {}` for a nudge)", ex.number);
+                    println!("(watching exercises/mine/ for changes; Ctrl-C to stop; `{CMD} hint {}` for a nudge)", ex.number);
                 }
             }
         }
@@ -118,6 +118,8 @@ pub fn cmd_watch() -> Result<bool, String> {
 /// (`src/learner.rs`) and runs them on SmolLM2: each function against kvlab's, then your
 /// naive path against your cached one, then your tokens against the engine's.
 pub fn cmd_engine() -> Result<bool, String> {
+    // kvlab's build.rs compiles your copies where they exist: make sure they do.
+    ensure_copies(&load_exercises()?)?;
     let repo = repo_dir()?;
     let args = [
         "run",
@@ -158,15 +160,18 @@ fn env_cargo() -> String {
 
 fn passes(ex: &Exercise) -> bool {
     matches!(
-        build_and_test(&ex.stub(), &build_dir("learner", ex), LEARNER_FLAGS),
+        build_and_test(&ex.yours(), &build_dir("learner", ex), LEARNER_FLAGS),
         Ok(Outcome::Pass)
     )
 }
 
-/// `list`: every exercise with the chapter that assigns it (the first page of `book/src/`,
-/// in SUMMARY.md's order, that names its file), without compiling anything.
+/// `list`: every exercise with your progress (your copy compiled and tested, on all cores)
+/// and the chapter that assigns it (the first page of `book/src/`, in SUMMARY.md's order,
+/// that names its file).
 pub fn cmd_list() -> Result<bool, String> {
     let list = load_exercises()?;
+    ensure_copies(&list)?;
+    let outcomes = run_all_yours(&list);
     let book = exercises_dir().join("..").join("book").join("src");
     let summary = fs::read_to_string(book.join("SUMMARY.md")).unwrap_or_default();
     // `[Title](page.md)` links, in reading order.
@@ -186,18 +191,35 @@ pub fn cmd_list() -> Result<bool, String> {
         })
         .collect();
     let width = list.iter().map(|e| e.name.len()).max().unwrap_or(8).max(8);
-    println!("   #  {:width$}  {:44}  chapter", "exercise", "file");
-    for ex in &list {
+    println!(
+        "   #  {:width$}  {:16}  {:49}  chapter",
+        "exercise", "status", "your file"
+    );
+    for (ex, outcome) in list.iter().zip(&outcomes) {
+        // The book names the exercise by its stub's path.
         let needle = format!("exercises/{}", ex.path);
         let chapter = pages
             .iter()
             .find(|(_, text)| text.contains(&needle))
             .map_or("-", |(title, _)| title.as_str());
+        let mark = if matches!(outcome, Outcome::Pass) {
+            "[x]"
+        } else {
+            "[ ]"
+        };
         println!(
-            "  {:02}  {:width$}  {:44}  {chapter}",
-            ex.number, ex.name, needle
+            "  {:02}  {:width$}  {mark} {:12}  {:49}  {chapter}",
+            ex.number,
+            ex.name,
+            outcome.short(),
+            ex.yours_shown()
         );
     }
-    println!("\n`{CMD} check` compiles and tests them; `{CMD} run N` runs one.");
+    let done = outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Pass))
+        .count();
+    println!("\nProgress: {done}/{} exercises pass.", list.len());
+    println!("`{CMD} run N` runs one with full output; `{CMD} watch` re-checks on every save.");
     Ok(true)
 }

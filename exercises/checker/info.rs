@@ -24,8 +24,17 @@ pub struct Exercise {
 }
 
 impl Exercise {
+    /// The tracked stub, `NN_topic/name.rs` under `exercises/` (what `verify` checks).
     pub fn stub(&self) -> PathBuf {
         exercises_dir().join(&self.path)
+    }
+    /// The learner's copy, the same path under `exercises/mine/` (what they edit).
+    pub fn yours(&self) -> PathBuf {
+        exercises_dir().join("mine").join(&self.path)
+    }
+    /// The learner's copy as the messages name it.
+    pub fn yours_shown(&self) -> String {
+        format!("exercises/mine/{}", self.path)
     }
     pub fn solution(&self) -> PathBuf {
         exercises_dir().join("solutions").join(&self.path)
