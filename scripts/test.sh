@@ -42,6 +42,7 @@ python3 scripts/book_outputs.py --check
 
 step "exercises: every stub fails its tests, every solution passes"
 bash scripts/check-exercises.sh
+bash scripts/check-learner-flow.sh
 
 step "the book's prose: {{#kvlab}} references, cited paths, counts, numbers beside blocks, pasted outputs, one fresh stamp"
 python3 -m unittest discover -s scripts -p 'test_*.py'

@@ -166,8 +166,8 @@ fn passes(ex: &Exercise) -> bool {
 }
 
 /// `list`: every exercise with your progress (your copy compiled and tested, on all cores)
-/// and the chapter that assigns it (the first page of `book/src/`, in SUMMARY.md's order,
-/// that names its file).
+/// and the chapter that assigns it: the first page of `book/src/`, in SUMMARY.md's order,
+/// whose `## Exercise` section names its file (else the first page that names it at all).
 pub fn cmd_list() -> Result<bool, String> {
     let list = load_exercises()?;
     ensure_copies(&list)?;
@@ -198,9 +198,14 @@ pub fn cmd_list() -> Result<bool, String> {
     for (ex, outcome) in list.iter().zip(&outcomes) {
         // The book names the exercise by its stub's path.
         let needle = format!("exercises/{}", ex.path);
+        let assigns = |text: &str| {
+            text.split_once("\n## Exercise")
+                .is_some_and(|(_, section)| section.contains(&needle))
+        };
         let chapter = pages
             .iter()
-            .find(|(_, text)| text.contains(&needle))
+            .find(|(_, text)| assigns(text))
+            .or_else(|| pages.iter().find(|(_, text)| text.contains(&needle)))
             .map_or("-", |(title, _)| title.as_str());
         let mark = if matches!(outcome, Outcome::Pass) {
             "[x]"

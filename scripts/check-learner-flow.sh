@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# CI check of the learner's flow through the exercise checker, in a throwaway clone of this
+# checkout's last commit (so nothing here is touched): the learner's first command copies
+# every stub to exercises/mine/ and git sees no change; a learner's edit to a copy is theirs alone (the
+# stub stays as committed); `reset N` puts the stub back and keeps their version; `list`
+# reports progress on the copies.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+git clone -q . "$tmp/k"
+cd "$tmp/k"
+checker() { cargo run -q --manifest-path exercises/Cargo.toml -- "$@"; }
+fail() { echo "learner flow: $*" >&2; exit 1; }
+
+# A learner's first command (here `run 3`, the unsolved stub: it fails) makes the copies.
+if checker run 3 > "$tmp/first.log" 2>&1; then fail "the stub of 03 passes"; fi
+grep -q "Made your copies of 34 exercise(s) in exercises/mine/" "$tmp/first.log" || fail "no copies made: $(head -3 "$tmp/first.log")"
+[ -z "$(git status --porcelain)" ] || fail "git status is not clean after the copies: $(git status --porcelain | head -3)"
+cmp -s exercises/03_rope/rope.rs exercises/mine/03_rope/rope.rs || fail "the copy of 03 is not the stub"
+
+# The learner solves 03 in their copy: list shows it done, and git still sees nothing.
+cp exercises/solutions/03_rope/rope.rs exercises/mine/03_rope/rope.rs
+checker list > "$tmp/list.log"
+grep -Eq "^  03  rope +\[x\] done +exercises/mine/03_rope/rope.rs +One forward pass$" "$tmp/list.log" || fail "list does not show 03 done, assigned in One forward pass: $(grep ' 03 ' "$tmp/list.log")"
+grep -q "Progress: 1/34 exercises pass." "$tmp/list.log" || fail "list's progress is not 1/34"
+[ -z "$(git status --porcelain)" ] || fail "git status is not clean after editing a copy"
+
+# reset: the stub again, the learner's version kept.
+checker reset 3 > "$tmp/reset.log"
+cmp -s exercises/03_rope/rope.rs exercises/mine/03_rope/rope.rs || fail "reset 3 did not put the stub back"
+cmp -s exercises/solutions/03_rope/rope.rs exercises/target/reset/03_rope/rope.rs || fail "reset 3 did not keep the learner's version"
+echo "learner flow: check copies 34 stubs to exercises/mine/ with git status clean; a solved copy passes and shows in list; reset puts the stub back and keeps yours"
