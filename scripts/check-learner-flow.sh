@@ -22,7 +22,8 @@ cmp -s exercises/03_rope/rope.rs exercises/mine/03_rope/rope.rs || fail "the cop
 # The learner solves 03 in their copy: list shows it done, and git still sees nothing.
 cp exercises/solutions/03_rope/rope.rs exercises/mine/03_rope/rope.rs
 checker list > "$tmp/list.log"
-grep -Eq "^  03  rope +\[x\] done +exercises/mine/03_rope/rope.rs +One forward pass$" "$tmp/list.log" || fail "list does not show 03 done, assigned in One forward pass: $(grep ' 03 ' "$tmp/list.log")"
+grep -Eq "^  03  rope +\[x\] done +exercises/mine/03_rope/rope.rs " "$tmp/list.log" || fail "list does not show 03 done: $(grep ' 03 ' "$tmp/list.log")"
+grep -Eq "^  24  window_ring +\[ \] tests fail +exercises/mine/24_window_ring/window_ring.rs +Eviction and sliding windows$" "$tmp/list.log" || fail "list does not give 24 its chapter: $(grep ' 24 ' "$tmp/list.log")"
 grep -q "Progress: 1/34 exercises pass." "$tmp/list.log" || fail "list's progress is not 1/34"
 [ -z "$(git status --porcelain)" ] || fail "git status is not clean after editing a copy"
 
