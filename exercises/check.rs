@@ -156,23 +156,15 @@ fn cmd_check() -> Result<bool, String> {
     let width = list.iter().map(|e| e.name.len()).max().unwrap_or(8).max(8);
     println!("   #  {:width$}  status", "exercise");
     for (ex, outcome) in list.iter().zip(&outcomes) {
-        let mark = if matches!(outcome, Outcome::Pass) {
-            "[x]"
-        } else {
-            "[ ]"
-        };
         println!(
-            "  {:02}  {:width$}  {mark} {}",
+            "  {:02}  {:width$}  {} {}",
             ex.number,
             ex.name,
+            outcome.mark(),
             outcome.short()
         );
     }
-    let done = outcomes
-        .iter()
-        .filter(|o| matches!(o, Outcome::Pass))
-        .count();
-    println!("\nProgress: {done}/{} exercises pass.", list.len());
+    println!("\n{}", build::progress(&outcomes));
 
     let Some(i) = outcomes.iter().position(|o| !matches!(o, Outcome::Pass)) else {
         println!("\nAll exercises pass. Compare your code with exercises/solutions/, then read");

@@ -28,6 +28,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The progress box `check` and `list` print: `[x]` for a pass.
+    pub fn mark(&self) -> &'static str {
+        if matches!(self, Outcome::Pass) {
+            "[x]"
+        } else {
+            "[ ]"
+        }
+    }
     pub fn short(&self) -> &'static str {
         match self {
             Outcome::Pass => "done",
@@ -110,6 +118,15 @@ pub fn build_and_test(src: &Path, out_dir: &Path, extra_flags: &[&str]) -> io::R
             fs::read_to_string(&log_path).unwrap_or_default(),
         ))
     }
+}
+
+/// `Progress: k/n exercises pass.`, as `check` and `list` end.
+pub fn progress(outcomes: &[Outcome]) -> String {
+    let done = outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Pass))
+        .count();
+    format!("Progress: {done}/{} exercises pass.", outcomes.len())
 }
 
 /// Runs `f` on every item on all cores; results come back in the items' order.

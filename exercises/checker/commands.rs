@@ -68,10 +68,10 @@ pub fn cmd_reset(key: Option<&str>) -> Result<bool, String> {
             "Your version: {}",
             kept.strip_prefix(&repo).unwrap_or(&kept).display()
         );
-        fs::remove_file(&yours).map_err(|e| e.to_string())?;
+    } else if let Some(dir) = yours.parent() {
+        fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     }
-    // The copy is made afresh from the stub, as on first use.
-    ensure_copies(std::slice::from_ref(ex))?;
+    fs::copy(ex.stub(), &yours).map_err(|e| e.to_string())?;
     println!("{} is its stub again: {}", ex.label(), ex.yours_shown());
     Ok(true)
 }
@@ -207,24 +207,16 @@ pub fn cmd_list() -> Result<bool, String> {
             .find(|(_, text)| assigns(text))
             .or_else(|| pages.iter().find(|(_, text)| text.contains(&needle)))
             .map_or("-", |(title, _)| title.as_str());
-        let mark = if matches!(outcome, Outcome::Pass) {
-            "[x]"
-        } else {
-            "[ ]"
-        };
         println!(
-            "  {:02}  {:width$}  {mark} {:12}  {:49}  {chapter}",
+            "  {:02}  {:width$}  {} {:12}  {:49}  {chapter}",
             ex.number,
             ex.name,
+            outcome.mark(),
             outcome.short(),
             ex.yours_shown()
         );
     }
-    let done = outcomes
-        .iter()
-        .filter(|o| matches!(o, Outcome::Pass))
-        .count();
-    println!("\nProgress: {done}/{} exercises pass.", list.len());
+    println!("\n{}", crate::build::progress(&outcomes));
     println!("`{CMD} run N` runs one with full output; `{CMD} watch` re-checks on every save.");
     Ok(true)
 }
