@@ -171,6 +171,9 @@ done
 # Serving many requests: tokens/s vs concurrency (continuous batching vs one at a time)
 # and the decode stall while a 1000-token prompt is prefilled whole or in chunks.
 measure batching.json -- bench-batch --model "$MODEL" --concurrency "$BATCH_CONCURRENCY" --max-tokens "$BATCH_NEW" --json
+# The engine on bf16 weights in panels against f32 rows, level by level in one run
+# (book: scheduling.md, "Lighter weights in the engine"; data only, no figure).
+measure batching_weights.json -- bench-batch --model "$MODEL" --concurrency 8,16 --max-tokens "$BATCH_NEW" --dtype bf16 --against f32:rows --json
 # Prefill/decode disaggregation over loopback TCP vs one colocated engine, same seeded
 # workload (book: serving.md; data only, no figure). ONLY=disagg runs only this.
 measure disagg.json -- bench-disagg --model "$MODEL" --requests "$DISAGG_REQUESTS" --rate "$DISAGG_RATE" --seed 0 --json

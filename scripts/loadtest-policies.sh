@@ -7,7 +7,9 @@
 # same `kvlab loadtest` workload against it (Poisson arrivals, short and ~1000-token
 # prompts, streamed), saves the report as book/src/figures/data/loadtest_P.json (and the
 # command as loadtest_P.cmd), and stops the server. `kvlab loadtest-table` prints the
-# chapter's table from those files. scripts/figures.sh runs this under ONLY=loadtest.
+# chapter's table from those files. Then continuous-chunked again with bf16 weights, and
+# with bf16 weights and an int8 KV pool (VARIANTS=no skips them). scripts/figures.sh runs
+# this under ONLY=loadtest.
 # About 2-4 minutes per policy on an idle 2-core machine with the defaults below; run it
 # on an otherwise idle machine: anything else running shows up in the latencies.
 set -euo pipefail
@@ -41,10 +43,13 @@ stop_server() {
 }
 trap 'stop_server; rm -f "$LOG"' EXIT
 
-for policy in $POLICIES; do
-    name=loadtest_${policy//-/_}
+# run_one NAME POLICY [SERVE FLAGS...]: one server, one load test, one saved report.
+run_one() {
+    local name=$1 policy=$2
+    shift 2
+    local port
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    serve=(serve --model "$MODEL" --port "$port" --policy "$policy" --max-batch-tokens "$BATCH_TOKENS")
+    local serve=(serve --model "$MODEL" --port "$port" --policy "$policy" --max-batch-tokens "$BATCH_TOKENS" "$@")
     "$KVLAB" "${serve[@]}" 2> "$LOG" &
     SERVER=$!
     for _ in $(seq 300); do
@@ -56,15 +61,26 @@ for policy in $POLICIES; do
         fi
         sleep 1
     done
-    load=(loadtest --url "http://127.0.0.1:$port" --requests "$REQUESTS" --rate "$RATE" --seed "$SEED" --prompt-mix "$MIX" --json)
+    local load=(loadtest --url "http://127.0.0.1:$port" --requests "$REQUESTS" --rate "$RATE" --seed "$SEED" --prompt-mix "$MIX" --json)
     echo "+ kvlab ${serve[*]}"
     echo "+ kvlab ${load[*]}"
-    t0=$SECONDS
+    local t0=$SECONDS
     "$KVLAB" "${load[@]}" > "$DATA/$name.json.tmp"
     mv "$DATA/$name.json.tmp" "$DATA/$name.json"
     # The port is whatever was free: the command shows PORT.
     printf 'kvlab %s & kvlab %s\n' "${serve[*]}" "${load[*]}" | sed "s/\b$port\b/PORT/g" > "$DATA/$name.cmd"
     echo "  ($((SECONDS - t0)) s)"
     stop_server
+}
+
+for policy in $POLICIES; do
+    run_one "loadtest_${policy//-/_}" "$policy"
 done
+# What the weights and the pool's element buy under the same load, on the chunked engine
+# (book: serving.md, "Weights and cache, composed"): bf16 weights in panels, then the same
+# with an int8 pool (about 4x the positions in the same --kv-budget).
+if [[ ${VARIANTS:-yes} == yes ]]; then
+    run_one loadtest_continuous_chunked_bf16 continuous-chunked --dtype bf16
+    run_one loadtest_continuous_chunked_bf16_int8kv continuous-chunked --dtype bf16 --kv int8
+fi
 "$KVLAB" loadtest-table "$DATA"/loadtest_*.json

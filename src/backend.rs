@@ -88,7 +88,7 @@ pub fn generate<E: WeightElem>(
     opts: &GenerateOptions,
     on_token: impl FnMut(u32),
 ) -> Result<Generation> {
-    check_request(model, prompt, opts.max_new_tokens)?;
+    check_request(&model.config, prompt, opts.max_new_tokens)?;
     let mut decoder = cpu_decoder(
         model,
         opts.path,

@@ -17,9 +17,13 @@
 //! rows beside it: a request's logits are the same whatever it is batched with.
 
 use crate::cache::source::BatchKv;
+use crate::config::Config;
+use crate::device::{WeightDtype, WeightLayout};
 use crate::error::{Error, Result};
 use crate::model::{s, Model};
 use crate::simd::WeightElem;
+use crate::weights::panels_if;
+use std::sync::Arc;
 
 impl<E: WeightElem> Model<E> {
     // ANCHOR: forward_batch
@@ -65,3 +69,72 @@ impl<E: WeightElem> Model<E> {
     }
     // ANCHOR_END: forward_batch
 }
+
+// ANCHOR: batch_model
+/// What the engine asks of a model: its shape and one batched pass. Every weight format
+/// is a `Model<E>` (f32, bf16 or int8 elements, in rows or panels), so the engine, its
+/// thread and the server hold an `Arc<dyn BatchModel>` chosen once at start-up
+/// (`--dtype`, `--layout`) instead of carrying `E` through every type. One virtual call
+/// per iteration, against milliseconds of matrix work.
+pub trait BatchModel: Send + Sync {
+    fn config(&self) -> &Config;
+    /// [`Model::forward_batch`].
+    fn forward_batch(
+        &self,
+        batch: &[&[u32]],
+        kv: &mut dyn BatchKv,
+        want_logits: &[bool],
+    ) -> Result<Vec<Option<Vec<f32>>>>;
+    /// The weights' format and layout, for reports ("bf16 in panels").
+    fn weights(&self) -> String;
+    /// Bytes one pass streams from memory (the weights: `lab::roof::streamed_weight_bytes`).
+    fn streamed_bytes(&self) -> f64;
+}
+
+impl<E: WeightElem> BatchModel for Model<E> {
+    fn config(&self) -> &Config {
+        &self.config
+    }
+    fn forward_batch(
+        &self,
+        batch: &[&[u32]],
+        kv: &mut dyn BatchKv,
+        want_logits: &[bool],
+    ) -> Result<Vec<Option<Vec<f32>>>> {
+        Model::forward_batch(self, batch, kv, want_logits)
+    }
+    fn weights(&self) -> String {
+        match E::BLOCK_ROWS {
+            1 => format!("{} in {}", E::NAME, E::LAYOUT.name()),
+            _ => format!("{} blocks", E::NAME), // int8 blocks have one layout of their own
+        }
+    }
+    fn streamed_bytes(&self) -> f64 {
+        crate::lab::roof::streamed_weight_bytes(self)
+    }
+}
+
+/// `model` with its weights in `dtype` and (f32, bf16) `layout`, converted once, for the
+/// engine: the same choice as `Backend::cpu` makes for `kvlab generate`, so a request
+/// served has the bits of the same request generated. f32 rows share `model` itself.
+pub fn batch_model(
+    model: Arc<Model>,
+    dtype: WeightDtype,
+    layout: WeightLayout,
+) -> Result<Arc<dyn BatchModel>> {
+    Ok(match dtype {
+        WeightDtype::F32 => match panels_if(&model, layout, false)? {
+            Some(panels) => Arc::new(panels),
+            None => model,
+        },
+        WeightDtype::Bf16 => {
+            let half = model.to_bf16();
+            match panels_if(&half, layout, false)? {
+                Some(panels) => Arc::new(panels),
+                None => Arc::new(half),
+            }
+        }
+        WeightDtype::Int8 => Arc::new(model.to_int8()?),
+    })
+}
+// ANCHOR_END: batch_model

@@ -65,7 +65,7 @@ impl<'a, E: WeightElem> ChatSession<'a, E> {
         opts: &GenerateOptions,
         on_token: impl FnMut(u32),
     ) -> Result<Turn> {
-        check_request(self.model, prompt, opts.max_new_tokens)?;
+        check_request(&self.model.config, prompt, opts.max_new_tokens)?;
         let mut decoder = Resume {
             model: self.model,
             cache: &mut *self.cache,

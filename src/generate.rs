@@ -3,6 +3,7 @@
 //! (time per output token), tokens/s, and the KV cache's bytes.
 
 use crate::cache::{KvBytes, KvStore, PreallocatedCache};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::limits::try_vec;
 use crate::model::{KvSource, Model};
@@ -169,12 +170,8 @@ pub fn timed<T>(make: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
 }
 
 /// Checks a request against the model's context before any work is done.
-pub fn check_request<E: WeightElem>(
-    model: &Model<E>,
-    prompt: &[u32],
-    max_new_tokens: usize,
-) -> Result<()> {
-    let max_seq_len = model.config.max_position_embeddings;
+pub fn check_request(config: &Config, prompt: &[u32], max_new_tokens: usize) -> Result<()> {
+    let max_seq_len = config.max_position_embeddings;
     if prompt.is_empty() {
         return Err(Error::EmptyPrompt);
     }

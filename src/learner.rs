@@ -344,7 +344,7 @@ pub struct KernelCheck {
     /// How many times the pass called it.
     pub calls: usize,
     /// The largest |yours − kvlab's| over every output of every call (`null`: yours
-    /// gave NaN or inf).
+    /// was broken: NaN or inf, or an output of the wrong length).
     pub max_abs_diff: Option<f32>,
     /// The largest |kvlab's output| (the scale the difference is judged against).
     pub max_abs_reference: f32,

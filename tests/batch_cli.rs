@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::cli::{fails_with, json};
+use common::cli::{fails_with, fails_with_code, json};
 
 #[test]
 fn bench_batch_refuses_bad_input_in_one_line() {
@@ -19,6 +19,73 @@ fn bench_batch_refuses_bad_input_in_one_line() {
         "exceeds the model's 8192 positions",
     );
     fails_with(&with(&["--max-tokens", "0"]), "at least 1");
+    fails_with_code(&with(&["--against", "f16"]), "not a weight format", 2);
+    fails_with_code(&with(&["--against", "bf16:tiles"]), "not a layout", 2);
+    fails_with(&with(&["--dtype", "int8", "--layout", "rows"]), "--layout");
+}
+
+/// `--dtype bf16 --against f32:rows`: the engine runs both formats at each level, and
+/// the report says which is which.
+#[test]
+fn bench_batch_runs_the_against_weights_beside_its_own() {
+    let r = json(&[
+        "bench-batch",
+        "--random-weights",
+        "--concurrency",
+        "2",
+        "--prompt-len",
+        "4",
+        "--max-tokens",
+        "2",
+        "--running",
+        "1",
+        "--long-prompt",
+        "8",
+        "--stall-budget",
+        "4",
+        "--dtype",
+        "bf16",
+        "--against",
+        "f32:rows",
+        "--json",
+    ]);
+    assert_eq!(r["weights"], "bf16 in panels", "{r}");
+    assert_eq!(r["against_weights"], "f32 in rows", "{r}");
+    let point = &r["points"][0];
+    let against = &point["against"];
+    assert!(
+        against["continuous_tok_s"].as_f64().unwrap() > 0.0,
+        "{point}"
+    );
+    let gain =
+        point["continuous_tok_s"].as_f64().unwrap() / against["continuous_tok_s"].as_f64().unwrap();
+    assert!(
+        (against["gain"].as_f64().unwrap() - gain).abs() < 1e-9 * gain,
+        "{point}"
+    );
+    // bf16 panels stream half the bytes of f32.
+    let f32_bytes = json(&[
+        "bench-batch",
+        "--random-weights",
+        "--concurrency",
+        "1",
+        "--prompt-len",
+        "2",
+        "--max-tokens",
+        "1",
+        "--running",
+        "1",
+        "--long-prompt",
+        "2",
+        "--stall-budget",
+        "2",
+        "--layout",
+        "rows",
+        "--json",
+    ]);
+    assert_eq!(f32_bytes["weights"], "f32 in rows");
+    let ratio = r["weight_bytes"].as_f64().unwrap() / f32_bytes["weight_bytes"].as_f64().unwrap();
+    assert!((0.49..0.51).contains(&ratio), "{ratio}");
 }
 
 #[test]

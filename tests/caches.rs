@@ -236,7 +236,21 @@ fn run_interleaving(
                     cache.seq_len(s.id),
                     cache.block_table(s.id).map(<[_]>::to_vec),
                 );
+                // The block accounting the scheduler reads says beforehand what the step
+                // takes: it succeeds exactly when the blocks are there, and takes no more.
+                let promised = cache.blocks_to_append(s.id, tokens.len());
+                let fits = cache.can_append(s.id, tokens.len(), 0);
+                let used_before = cache.pool().n_used();
                 let got = model.forward(tokens, KvSource::Cache(&mut cache.seq(s.id).unwrap()));
+                prop_assert_eq!(got.is_ok(), fits, "can_append disagrees with the step");
+                if got.is_ok() {
+                    prop_assert!(cache.pool().n_used() <= used_before + promised);
+                    let len = cache.seq_len(s.id).unwrap();
+                    prop_assert_eq!(
+                        cache.block_table(s.id).unwrap().len(),
+                        kvlab::cache::paged::blocks_for_positions(len, block_size)
+                    );
+                }
                 match got {
                     Ok(got) => {
                         let want = model

@@ -25,9 +25,15 @@ fn bench_disagg_json_moves_the_bytes_the_format_says() {
         "50",
         "--prompt-mix",
         "short:1",
+        "--dtype",
+        "bf16",
+        "--block-size",
+        "8",
         "--json",
     ]);
     assert_eq!(r["tokens_identical"], true, "{r}");
+    assert_eq!(r["weights"], "bf16 in panels");
+    assert_eq!(r["options"]["block_size"], 8);
     assert_eq!(r["kv_bytes_per_prompt_token"], 2 * 30 * 3 * 64 * 4);
     let prompt_tokens = r["prompt_tokens"].as_u64().unwrap();
     let per_token = r["kv_bytes_per_prompt_token"].as_u64().unwrap();

@@ -3,19 +3,24 @@
 //! whatever the policy, the token budget, the arrival times, the pool size (preemption)
 //! and the other requests. Then the scheduler's promises one by one: the budget, no
 //! starvation, preemption, cancellation, the bounded queue, requests that can never fit.
+//! Every weight format the engine serves (`--dtype`, `--layout`) gives a request the bits
+//! `generate` gives it with the same weights.
 
 mod common;
 
 use common::{bits, real_model_present, step_logits_on, tiny_config, MODEL_DIR};
 use kvlab::backend::{cpu_decoder, CacheLayout};
+use kvlab::batch::{batch_model, BatchModel};
 use kvlab::cache::paged::BlockPool;
 use kvlab::cache::{new_policy_store, KvElement, KvPolicy};
+use kvlab::device::{WeightDtype, WeightLayout};
 use kvlab::engine::{
     Engine, EngineConfig, EngineHandle, Event, FinishReason, Policy, Request, SamplingParams,
     StepReport, SubmitError,
 };
 use kvlab::generate::generate_with;
 use kvlab::generate::{GenerateOptions, PathKind};
+use kvlab::simd::WeightElem;
 use kvlab::{Config, Model};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -37,7 +42,11 @@ fn solo(model: &Model, request: &Request) -> (Vec<u32>, Vec<Vec<f32>>) {
 
 /// [`solo`] on a contiguous cache of `kv` (f32, or int8 / int4 per-token codes): the
 /// twin of the engine's paged pool of the same element.
-fn solo_with(model: &Model, request: &Request, kv: KvPolicy) -> (Vec<u32>, Vec<Vec<f32>>) {
+fn solo_with<E: WeightElem>(
+    model: &Model<E>,
+    request: &Request,
+    kv: KvPolicy,
+) -> (Vec<u32>, Vec<Vec<f32>>) {
     let opts = GenerateOptions {
         max_new_tokens: request.max_tokens,
         path: PathKind::Cached,
@@ -223,6 +232,114 @@ proptest! {
         }
         let stats = engine.cache().stats();
         prop_assert_eq!(stats.used, 0, "blocks still held after every request finished");
+    }
+}
+
+/// The weight formats `kvlab serve --dtype --layout` offers, each with the model that
+/// `generate --dtype --layout` would run: int8 blocks have one layout of their own.
+const FORMATS: [(WeightDtype, WeightLayout); 5] = [
+    (WeightDtype::F32, WeightLayout::Rows),
+    (WeightDtype::F32, WeightLayout::Panels),
+    (WeightDtype::Bf16, WeightLayout::Rows),
+    (WeightDtype::Bf16, WeightLayout::Panels),
+    (WeightDtype::Int8, WeightLayout::Panels),
+];
+
+/// `model`'s twin in `format`, as `generate` converts it, and the engine's weights made
+/// by `batch_model` from the same `model`: requests served on the second must have the
+/// first's bits. Runs `check` on the pair.
+fn in_format<T>(
+    model: &Arc<Model>,
+    (dtype, layout): (WeightDtype, WeightLayout),
+    check: impl FnOnce(
+        &dyn Fn(&Request, KvPolicy) -> (Vec<u32>, Vec<Vec<f32>>),
+        Arc<dyn BatchModel>,
+    ) -> T,
+) -> T {
+    let served = batch_model(model.clone(), dtype, layout).unwrap();
+    let expected_name = match (dtype, layout) {
+        (WeightDtype::Int8, _) => "int8 blocks".to_string(),
+        (d, l) => format!("{} in {}", d.name(), l.name()),
+    };
+    assert_eq!(served.weights(), expected_name);
+    match (dtype, layout) {
+        (WeightDtype::F32, WeightLayout::Rows) => {
+            check(&|r, kv| solo_with(model.as_ref(), r, kv), served)
+        }
+        (WeightDtype::F32, WeightLayout::Panels) => {
+            let twin = model.to_panels().unwrap();
+            check(&|r, kv| solo_with(&twin, r, kv), served)
+        }
+        (WeightDtype::Bf16, WeightLayout::Rows) => {
+            let twin = model.to_bf16();
+            check(&|r, kv| solo_with(&twin, r, kv), served)
+        }
+        (WeightDtype::Bf16, WeightLayout::Panels) => {
+            let twin = model.to_bf16().to_panels().unwrap();
+            check(&|r, kv| solo_with(&twin, r, kv), served)
+        }
+        (WeightDtype::Int8, _) => {
+            let twin = model.to_int8().unwrap();
+            check(&|r, kv| solo_with(&twin, r, kv), served)
+        }
+    }
+}
+
+/// Tiny models whose every matrix has a panel form and int8 blocks: dimensions of 32.
+fn format_config_strategy() -> impl Strategy<Value = Config> {
+    (1usize..=2, 1usize..=2, 1usize..=2, 2usize..=3).prop_map(
+        |(layers, n_kv_heads, group, vocab32)| {
+            tiny_config(layers, n_kv_heads * group, n_kv_heads, 32, 32 * vocab32)
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Every weight format the engine serves: random requests arriving at random
+    /// iterations, f32 or int8 blocks, a pool tight enough to preempt. Each request's
+    /// tokens and logits are those of the same request generated alone on the same
+    /// weights (`generate --dtype D --layout L`), bitwise.
+    #[test]
+    fn every_weight_format_serves_its_solo_bits(
+        config in format_config_strategy(),
+        seed in any::<u64>(),
+        format in 0usize..FORMATS.len(),
+        int8_kv in any::<bool>(),
+        budget in 1usize..40,
+        bs in 1usize..6,
+        extra_blocks in 0usize..12,
+        requests in prop::collection::vec((0usize..6, 1usize..24, 1usize..8, any::<u64>()), 1..6),
+    ) {
+        let kv = if int8_kv { KvPolicy::Int8 } else { KvPolicy::Full };
+        let model = Arc::new(Model::random(config, seed).unwrap());
+        let vocab = model.config.vocab_size as u64;
+        let arrivals: Vec<(usize, Request)> = requests
+            .iter()
+            .map(|&(at, len, max_tokens, rseed)| {
+                let mut r = kvlab::rng::Rng::new(rseed);
+                let prompt = (0..len).map(|_| (r.next_u64() % vocab) as u32).collect();
+                (at, greedy(prompt, max_tokens))
+            })
+            .collect();
+        let need = (arrivals.iter())
+            .map(|(_, r)| (r.prompt.len() + r.max_tokens - 1).div_ceil(bs))
+            .max()
+            .unwrap();
+        let config = engine_config(&model, Policy::ContinuousChunked, budget, need + extra_blocks, bs, kv);
+        in_format(&model, FORMATS[format], |solo, served| {
+            let expected: Vec<_> = arrivals.iter().map(|(_, r)| solo(r, kv)).collect();
+            let mut engine = Engine::new(served, config).unwrap();
+            let (outcomes, _) = run(&mut engine, arrivals);
+            for (id, (tokens, logits)) in expected.iter().enumerate() {
+                let got = &outcomes[&(id as u64)];
+                prop_assert_eq!(&got.tokens, tokens, "request {} tokens ({:?})", id, FORMATS[format]);
+                prop_assert_eq!(bits(&got.logits), bits(logits), "request {} logits", id);
+            }
+            prop_assert_eq!(engine.cache().stats().used, 0);
+            Ok(())
+        })?;
     }
 }
 
@@ -432,17 +549,30 @@ fn the_handle_streams_tokens_and_cancels_on_drop() {
 /// with the tokens `generate` gives it alone.
 #[test]
 fn real_model_eight_concurrent_requests_equal_solo_generate() {
-    eight_concurrent_requests_equal_solo(KvPolicy::Full);
+    eight_concurrent_requests_equal_solo(KvPolicy::Full, (WeightDtype::F32, WeightLayout::Rows));
 }
 
 /// The same with the pool's blocks in int8: each request's tokens and logits are those
 /// of `generate --kv int8` alone (a contiguous int8 cache), bit for bit.
 #[test]
 fn real_model_eight_concurrent_requests_on_int8_blocks_equal_solo_generate() {
-    eight_concurrent_requests_equal_solo(KvPolicy::Int8);
+    eight_concurrent_requests_equal_solo(KvPolicy::Int8, (WeightDtype::F32, WeightLayout::Rows));
 }
 
-fn eight_concurrent_requests_equal_solo(kv: KvPolicy) {
+/// bf16 weights in panels serving from int8 blocks (`kvlab serve --dtype bf16 --kv
+/// int8`): each request has the bits of `generate --dtype bf16 --kv int8` alone.
+#[test]
+fn real_model_bf16_panels_with_int8_blocks_equal_solo_generate() {
+    eight_concurrent_requests_equal_solo(KvPolicy::Int8, (WeightDtype::Bf16, WeightLayout::Panels));
+}
+
+/// int8 weights (Q8_0 blocks) with an f32 pool: `generate --dtype int8` alone.
+#[test]
+fn real_model_int8_weights_equal_solo_generate() {
+    eight_concurrent_requests_equal_solo(KvPolicy::Full, (WeightDtype::Int8, WeightLayout::Panels));
+}
+
+fn eight_concurrent_requests_equal_solo(kv: KvPolicy, format: (WeightDtype, WeightLayout)) {
     if !real_model_present() {
         return;
     }
@@ -462,18 +592,24 @@ fn eight_concurrent_requests_equal_solo(kv: KvPolicy) {
         kv,
         ..EngineConfig::default()
     };
-    let mut engine = Engine::new(model.clone(), config).unwrap();
-    let expected: Vec<_> = requests.iter().map(|r| solo_with(&model, r, kv)).collect();
-    let (outcomes, reports) = run(&mut engine, requests.into_iter().map(|r| (0, r)).collect());
-    assert!(reports
-        .iter()
-        .any(|r| r.rows.iter().filter(|row| row.rows == 1).count() >= 8));
-    for (id, (tokens, logits)) in expected.iter().enumerate() {
-        assert_eq!(&outcomes[&(id as u64)].tokens, tokens, "request {id}");
-        assert_eq!(
-            bits(&outcomes[&(id as u64)].logits),
-            bits(logits),
-            "request {id}"
-        );
-    }
+    in_format(&model, format, |solo, served| {
+        let expected: Vec<_> = requests.iter().map(|r| solo(r, kv)).collect();
+        let mut engine = Engine::new(served, config).unwrap();
+        let (outcomes, reports) = run(&mut engine, requests.into_iter().map(|r| (0, r)).collect());
+        assert!(reports
+            .iter()
+            .any(|r| r.rows.iter().filter(|row| row.rows == 1).count() >= 8));
+        for (id, (tokens, logits)) in expected.iter().enumerate() {
+            assert_eq!(
+                &outcomes[&(id as u64)].tokens,
+                tokens,
+                "request {id} ({format:?})"
+            );
+            assert_eq!(
+                bits(&outcomes[&(id as u64)].logits),
+                bits(logits),
+                "request {id} ({format:?})"
+            );
+        }
+    });
 }

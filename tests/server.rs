@@ -5,11 +5,15 @@
 //! bad request gets a 4xx with an OpenAI-style error body and the server keeps serving;
 //! a client that hangs up (mid-stream, or waiting for a whole answer) frees every KV block
 //! its request held; a full queue answers 429 with Retry-After while every admitted
-//! request completes.
+//! request completes; and any weights with any pool (`--dtype --layout --kv`), 8 streams at
+//! once, each get what they get alone and what `kvlab generate` gives with the same options.
 
 mod common;
 
 use common::{cli, real_model_present, MODEL_DIR};
+use kvlab::batch::{batch_model, BatchModel};
+use kvlab::cache::KvPolicy;
+use kvlab::device::{WeightDtype, WeightLayout};
 use kvlab::engine::{EngineConfig, Policy};
 use kvlab::server::loadtest::SseReader;
 use kvlab::server::metrics::read_value;
@@ -44,13 +48,18 @@ struct Server {
 
 impl Server {
     async fn start(engine: EngineConfig) -> Server {
+        Server::start_on(model(), engine).await
+    }
+
+    /// A server of `weights` (`kvlab serve --dtype --layout`).
+    async fn start_on(weights: Arc<dyn BatchModel>, engine: EngineConfig) -> Server {
         let tokenizer = Tokenizer::from_dir(Path::new(MODEL_DIR)).expect("the tokenizer loads");
         let config = ServerConfig {
             engine,
             max_body_bytes: 256 * 1024,
             ..ServerConfig::new(NAME)
         };
-        let app = App::new(model(), tokenizer, config).expect("the engine starts");
+        let app = App::new(weights, tokenizer, config).expect("the engine starts");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a free port");
@@ -564,4 +573,98 @@ async fn a_full_queue_answers_429_and_every_admitted_request_completes() {
         )
         .await;
     assert_eq!(status, 200, "{value}");
+}
+
+/// Three servers, each combining a weight format with a KV pool element, as
+/// `kvlab serve --dtype D --layout L --kv K` would: 8 streamed completions at once, each
+/// equal to the same request sent alone afterwards, and (the first two prompts) to
+/// `kvlab generate --dtype D --layout L --cache paged --kv K`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_streams_on_any_weights_and_pool_equal_each_alone_and_generate() {
+    if !real_model_present() {
+        return;
+    }
+    let combinations = [
+        (WeightDtype::Bf16, WeightLayout::Panels, KvPolicy::Int8),
+        (WeightDtype::Int8, WeightLayout::Panels, KvPolicy::Full),
+        (
+            WeightDtype::F32,
+            WeightLayout::Panels,
+            KvPolicy::Int4PerToken { group: 32 },
+        ),
+    ];
+    let prompts: Vec<String> = (0..8)
+        .map(|i| format!("Fact {i}: the largest animal on land is"))
+        .collect();
+    for (dtype, layout, kv) in combinations {
+        let weights = batch_model(model(), dtype, layout).unwrap();
+        let engine = EngineConfig {
+            kv,
+            ..EngineConfig::default()
+        };
+        let server = Arc::new(Server::start_on(weights, engine).await);
+        // /health says what it serves with (the load test records it).
+        let health: Value = (server
+            .client
+            .get(server.url("/health"))
+            .send()
+            .await
+            .unwrap())
+        .json()
+        .await
+        .unwrap();
+        let expected_weights = match dtype {
+            WeightDtype::Int8 => "int8 blocks".to_string(),
+            _ => format!("{} in {}", dtype.name(), layout.name()),
+        };
+        assert_eq!(health["weights"], expected_weights.as_str(), "{health}");
+        assert_eq!(health["kv"], kv.name(), "{health}");
+        let element = kvlab::cache::KvElement::for_pool(&model().config, kv, "paged").unwrap();
+        let per_token = element.bytes_per_token(&model().config);
+        assert_eq!(health["kv_bytes_per_token"], per_token, "{health}");
+        let positions = health["pool_positions"].as_u64().unwrap() as usize;
+        let budget = EngineConfig::default().kv_budget_bytes;
+        // Whole blocks of 16 in the budget: about budget / per_token positions, a little
+        // less for the scales' share of a block.
+        assert!(
+            positions % 16 == 0
+                && positions <= budget / per_token
+                && positions * 10 >= budget / per_token * 9,
+            "{health}"
+        );
+        let body = |p: &str| json!({"model": NAME, "prompt": p, "temperature": 0, "max_tokens": 10, "stream": true});
+        let streams: Vec<_> = (prompts.iter())
+            .map(|p| {
+                let (server, body) = (server.clone(), body(p));
+                tokio::spawn(async move { server.stream("/v1/completions", body).await.0 })
+            })
+            .collect();
+        let mut together = Vec::new();
+        for s in streams {
+            together.push(s.await.unwrap());
+        }
+        let combination = format!(
+            "--dtype {} --layout {} --kv {}",
+            dtype.name(),
+            layout.name(),
+            kv.name()
+        );
+        for (p, text) in prompts.iter().zip(&together) {
+            let (alone, _, _) = server.stream("/v1/completions", body(p)).await;
+            assert_eq!(text, &alone, "{combination}: {p:?} among 8 vs alone");
+        }
+        let kv_name = kv.name();
+        for (p, text) in prompts.iter().zip(&together).take(2) {
+            let mut args = vec!["generate", "--prompt", p.as_str(), "--max-new-tokens", "10"];
+            args.extend(["--dtype", dtype.name(), "--cache", "paged", "--kv", kv_name]);
+            if dtype != WeightDtype::Int8 {
+                args.extend(["--layout", layout.name()]);
+            }
+            assert_eq!(
+                text,
+                &kvlab_generate(&args),
+                "{combination}: {p:?} vs generate"
+            );
+        }
+    }
 }

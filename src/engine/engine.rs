@@ -12,14 +12,16 @@
 //! tests and the offline benchmarks drive directly.
 
 use super::metrics::EngineMetrics;
-use super::request::{validate, EngineConfig, Event, FinishReason, Request, SubmitError};
+use super::request::{
+    validate, EngineConfig, Event, FinishReason, Request, SubmitError, Validated,
+};
 use super::scheduler::{pick_batch, prefill_chunk, Budget, Candidate, Scheduled};
 use super::sequence::Sequence;
 use super::transfer::KvTransfer;
+use crate::batch::BatchModel;
 use crate::cache::source::PagedBatch;
 use crate::cache::{KvElement, PagedCache, SeqId};
 use crate::error::{Error, Result};
-use crate::model::Model;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -83,7 +85,7 @@ pub enum Role {
 
 /// The synchronous engine: a waiting queue, the running sequences, one paged pool.
 pub struct Engine {
-    model: Arc<Model>,
+    model: Arc<dyn BatchModel>,
     config: EngineConfig,
     cache: PagedCache,
     seqs: HashMap<u64, Sequence>,
@@ -98,16 +100,17 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine over `model` with a KV pool of `config.kv_budget_bytes`.
-    pub fn new(model: Arc<Model>, config: EngineConfig) -> Result<Engine> {
+    /// An engine over `model` (any weight format: [`crate::batch::batch_model`]) with a
+    /// KV pool of `config.kv_budget_bytes`.
+    pub fn new(model: Arc<dyn BatchModel>, config: EngineConfig) -> Result<Engine> {
         if config.max_batch_tokens == 0 || config.max_batch_seqs == 0 {
             return Err(Error::InvalidArgument(
                 "max_batch_tokens and max_batch_seqs must be at least 1".into(),
             ));
         }
-        let element = KvElement::for_pool(&model.config, config.kv, "paged")?;
+        let element = KvElement::for_pool(model.config(), config.kv, "paged")?;
         let cache = PagedCache::with_budget(
-            &model.config,
+            model.config(),
             element,
             config.block_size,
             config.kv_budget_bytes,
@@ -141,7 +144,7 @@ impl Engine {
     pub fn cache(&self) -> &PagedCache {
         &self.cache
     }
-    pub fn model(&self) -> &Arc<Model> {
+    pub fn model(&self) -> &Arc<dyn BatchModel> {
         &self.model
     }
 
@@ -152,14 +155,26 @@ impl Engine {
         Ok(id)
     }
 
-    /// Queues `request` under the caller's `id` (the handle numbers its streams itself).
+    /// Queues `request` under the caller's `id`, once [`validate`] accepts it.
     pub fn add_as(&mut self, id: u64, request: Request) -> std::result::Result<(), SubmitError> {
+        let valid =
+            validate(self.model.config(), &self.config, request).map_err(SubmitError::Invalid)?;
+        self.add_validated(id, valid)
+    }
+
+    /// Queues a request already validated for this engine's model and config under the
+    /// caller's `id` (the handle checks on submit and numbers its streams itself).
+    pub fn add_validated(
+        &mut self,
+        id: u64,
+        valid: Validated,
+    ) -> std::result::Result<(), SubmitError> {
         if self.role == Role::DecodeOnly {
             return Err(SubmitError::Invalid(Error::InvalidArgument(
                 "this engine only decodes: give it requests with `import` (a KvTransfer from a prefill engine)".into(),
             )));
         }
-        validate(&self.model, &self.config, &request).map_err(SubmitError::Invalid)?;
+        let request = valid.into_request();
         if self.waiting.len() >= self.config.max_waiting {
             return Err(SubmitError::QueueFull { retry_after_s: 1 });
         }
@@ -208,17 +223,18 @@ impl Engine {
     /// first token already emitted. `QueueFull` when the pool lacks the blocks now (try
     /// again after an iteration); `Invalid` when the transfer does not fit this model.
     pub fn import(&mut self, id: u64, t: &KvTransfer) -> std::result::Result<(), SubmitError> {
-        t.check_fits(&self.model.config)
+        t.check_fits(self.model.config())
             .map_err(SubmitError::Invalid)?;
         if self.seqs.contains_key(&id) {
             return Err(SubmitError::Invalid(Error::InvalidArgument(format!(
                 "request id {id} is already in the engine"
             ))));
         }
-        let request = t.request();
-        validate(&self.model, &self.config, &request).map_err(SubmitError::Invalid)?;
+        let request = validate(self.model.config(), &self.config, t.request())
+            .map_err(SubmitError::Invalid)?
+            .into_request();
         // Its prompt's blocks, plus one for the next token when the prompt fills its last.
-        if (t.prompt.len() + 1).div_ceil(self.cache.block_size()) > self.cache.available() {
+        if !self.cache.can_allocate(t.prompt.len() + 1) {
             return Err(SubmitError::QueueFull { retry_after_s: 0 });
         }
         let seq_id = t
@@ -318,8 +334,7 @@ impl Engine {
             let rows = prefill_chunk(rows_left, tokens_left, budget.chunked, first_prefill);
             // Admitted only if the pool can hold its whole prompt (a watermark against
             // admitting requests only to preempt them at the next iteration).
-            let free = self.cache.available().saturating_sub(reserved);
-            if rows == 0 || blocks_for(&self.cache, seq_id, rows_left) > free {
+            if rows == 0 || !self.cache.can_append(seq_id, rows_left, reserved) {
                 self.cache.free(seq_id)?;
                 break;
             }
@@ -332,7 +347,7 @@ impl Engine {
                 self.metrics.prefix_hit_tokens += reused as u64;
             }
             self.running.push(id);
-            reserved += blocks_for(&self.cache, seq_id, rows);
+            reserved += self.cache.blocks_to_append(seq_id, rows);
             batch.push(Scheduled { id, rows });
             tokens_left = tokens_left.saturating_sub(rows);
             first_prefill = false;
@@ -355,7 +370,7 @@ impl Engine {
 
     fn blocks_needed(&self, id: u64, rows: usize) -> usize {
         let seq_id = self.seqs[&id].seq_id.expect("running");
-        blocks_for(&self.cache, seq_id, rows)
+        self.cache.blocks_to_append(seq_id, rows)
     }
 
     // ANCHOR: preempt
@@ -489,7 +504,7 @@ impl Engine {
                     seq_id,
                     &seq.request,
                     token,
-                    &self.model.config,
+                    self.model.config(),
                 )?;
                 self.remove(id)?;
                 report.transfers.push((id, transfer));
@@ -516,18 +531,4 @@ impl Engine {
 
 fn total_rows(batch: &[Scheduled]) -> usize {
     batch.iter().map(|s| s.rows).sum()
-}
-
-/// Blocks sequence `seq_id` must take to store `rows` more positions: one per block
-/// boundary crossed, plus a private copy of its last block if that one is shared
-/// (what `PagedCache::prepare` will take).
-fn blocks_for(cache: &PagedCache, seq_id: SeqId, rows: usize) -> usize {
-    let bs = cache.block_size();
-    let len = cache.seq_len(seq_id).unwrap_or(0);
-    let table = cache.block_table(seq_id).unwrap_or(&[]);
-    let new_blocks = (len + rows).div_ceil(bs).saturating_sub(table.len());
-    let shared_tail = table.get(len / bs).is_some_and(|&b| {
-        rows > 0 && (cache.pool().ref_count(b) > 1 || cache.prefix().is_some_and(|p| p.is_named(b)))
-    });
-    new_blocks + shared_tail as usize
 }

@@ -11,9 +11,9 @@
 
 use super::engine::Engine;
 use super::metrics::EngineMetrics;
-use super::request::{validate, EngineConfig, Event, Request, SubmitError};
+use super::request::{validate, EngineConfig, Event, Request, SubmitError, Validated};
+use crate::batch::BatchModel;
 use crate::error::Result;
-use crate::model::Model;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -25,13 +25,13 @@ struct Shared {
     inbox: Mutex<Inbox>,
     wake: Condvar,
     next_id: AtomicU64,
-    model: Arc<Model>,
+    model: Arc<dyn BatchModel>,
     config: EngineConfig,
 }
 
 #[derive(Default)]
 struct Inbox {
-    new: Vec<(u64, Request, UnboundedSender<Event>)>,
+    new: Vec<(u64, Validated, UnboundedSender<Event>)>,
     cancelled: Vec<u64>,
     /// Requests in the engine's waiting queue at its last iteration.
     waiting: usize,
@@ -55,7 +55,7 @@ pub struct EngineHandle {
 
 impl EngineHandle {
     /// Starts the engine loop on a new thread.
-    pub fn spawn(model: Arc<Model>, config: EngineConfig) -> Result<EngineHandle> {
+    pub fn spawn(model: Arc<dyn BatchModel>, config: EngineConfig) -> Result<EngineHandle> {
         let engine = Engine::new(model.clone(), config.clone())?;
         // The counters of the empty engine (every block free), so that `/metrics` is
         // right before the first iteration too.
@@ -84,7 +84,7 @@ impl EngineHandle {
     /// is full, or when the engine has stopped.
     pub fn submit(&self, request: Request) -> std::result::Result<RequestStream, SubmitError> {
         let s = &self.shared;
-        validate(&s.model, &s.config, &request).map_err(SubmitError::Invalid)?;
+        let valid = validate(s.model.config(), &s.config, request).map_err(SubmitError::Invalid)?;
         let mut inbox = s.inbox();
         if inbox.shut_down {
             return Err(SubmitError::ShutDown);
@@ -94,7 +94,7 @@ impl EngineHandle {
         }
         let id = s.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = unbounded_channel();
-        inbox.new.push((id, request, sender));
+        inbox.new.push((id, valid, sender));
         s.wake.notify_one();
         Ok(RequestStream {
             id,
@@ -168,8 +168,8 @@ fn run_loop(mut engine: Engine, shared: Arc<Shared>) {
                 std::mem::take(&mut inbox.cancelled),
             )
         };
-        for (id, request, sender) in new {
-            match engine.add_as(id, request) {
+        for (id, valid, sender) in new {
+            match engine.add_validated(id, valid) {
                 Ok(()) => {
                     streams.insert(id, sender);
                 }

@@ -27,6 +27,7 @@ pub use handle::{EngineHandle, RequestStream};
 pub use metrics::{EngineMetrics, Histogram};
 pub use request::{
     validate, EngineConfig, Event, FinishReason, Policy, Request, SamplingParams, SubmitError,
+    Validated,
 };
 pub use sequence::Sequence;
 pub use transfer::KvTransfer;

@@ -1,10 +1,10 @@
 //! What a client hands the engine and what it gets back: requests, sampling settings,
 //! events, the policies the scheduler can follow (book: scheduling.md).
 
-use crate::cache::paged::BlockPool;
+use crate::cache::paged::{blocks_for_positions, blocks_in_budget};
 use crate::cache::{KvElement, KvPolicy};
+use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::model::Model;
 use serde::{Deserialize, Serialize};
 
 /// How the scheduler forms batches.
@@ -173,9 +173,24 @@ impl std::fmt::Display for SubmitError {
 impl std::error::Error for SubmitError {}
 
 // ANCHOR: validate
-/// Whether `request` can ever run: a clear one-line error if not.
-pub fn validate(model: &Model, config: &EngineConfig, request: &Request) -> Result<()> {
-    let c = &model.config;
+/// A request [`validate`] accepted for an engine of one model and [`EngineConfig`]: the
+/// only kind the engine queues. A request is checked once, where it enters (the handle
+/// checks it on `submit`, on the caller's thread; the engine's thread does not again).
+#[derive(Debug, Clone)]
+pub struct Validated(Request);
+
+impl Validated {
+    pub fn request(&self) -> &Request {
+        &self.0
+    }
+    pub fn into_request(self) -> Request {
+        self.0
+    }
+}
+
+/// Whether `request` can ever run on an engine of model `c` and `config`: a clear
+/// one-line error if not.
+pub fn validate(c: &Config, config: &EngineConfig, request: Request) -> Result<Validated> {
     if request.prompt.is_empty() {
         return Err(Error::EmptyPrompt);
     }
@@ -185,21 +200,22 @@ pub fn validate(model: &Model, config: &EngineConfig, request: &Request) -> Resu
             vocab_size: c.vocab_size,
         });
     }
-    crate::generate::check_request(model, &request.prompt, request.max_tokens)?;
+    crate::generate::check_request(c, &request.prompt, request.max_tokens)?;
     request.sampling.sampler_config().validate()?;
     // The last token sampled is never fed back: prompt + max_tokens - 1 positions at most.
     let positions = request.prompt.len() + request.max_tokens - 1;
     let bs = config.block_size.max(1);
     let element = KvElement::for_pool(c, config.kv, "paged")?;
-    let n_blocks = config.kv_budget_bytes / BlockPool::block_bytes(c, element, bs);
-    if positions.div_ceil(bs) > n_blocks {
+    let n_blocks = blocks_in_budget(c, element, bs, config.kv_budget_bytes)?;
+    let needed = blocks_for_positions(positions, bs);
+    if needed > n_blocks {
         return Err(Error::InvalidArgument(format!(
             "prompt ({}) + max_tokens ({}) needs {} KV blocks of {bs} positions but the engine's whole pool holds {n_blocks}: shorten the request or give the engine a larger KV budget",
             request.prompt.len(),
             request.max_tokens,
-            positions.div_ceil(bs)
+            needed
         )));
     }
-    Ok(())
+    Ok(Validated(request))
 }
 // ANCHOR_END: validate

@@ -9,7 +9,9 @@
 //!    rows are all decodes. The roofline chapter predicts the shape: a decode step
 //!    streams every weight once whatever its row count, so `c` decodes batched cost little
 //!    more than one until the arithmetic catches up, and tokens/s grows nearly `c`-fold.
-//!    The tokens are checked identical between the two runs.
+//!    The tokens are checked identical between the two runs. With `--against` a second
+//!    weight format (`f32:rows`, say) runs the same continuous load right after, at each
+//!    level: what the format buys a serving engine, side by side in one run.
 //! 2. **The decode stall.** `running` requests decoding when a long prompt arrives: with
 //!    whole-prompt prefill (`Policy::Continuous`) the iteration that prefills it is as
 //!    long as the whole prefill, and every running request waits that long for its next
@@ -18,12 +20,12 @@
 //!    and the inter-token latencies (ITL) of the running requests are reported.
 
 use super::bench::memory_bandwidth;
-use super::roof::streamed_weight_bytes;
 use super::timing::{machine_name, median, synthetic_prompt};
+use crate::batch::BatchModel;
 use crate::cache::{KvElement, KvPolicy};
+use crate::config::Config;
 use crate::engine::{Engine, EngineConfig, Event, Policy, Request, SamplingParams, StepReport};
 use crate::error::{Error, Result};
-use crate::model::Model;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,6 +63,17 @@ pub struct ConcurrencyPoint {
     pub decode_iteration_ms: f64,
     /// Both runs produced the same tokens for every request.
     pub tokens_identical: bool,
+    /// With `--against`: the same continuous load on those weights, just after.
+    pub against: Option<AgainstPoint>,
+}
+
+/// The continuous run of one concurrency level on the `--against` weights.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgainstPoint {
+    pub continuous_tok_s: f64,
+    pub decode_iteration_ms: f64,
+    /// The main weights' `continuous_tok_s` over these.
+    pub gain: f64,
 }
 
 /// One iteration of the stall experiment.
@@ -94,6 +107,10 @@ pub struct BatchingReport {
     pub model: String,
     pub machine: String,
     pub options: BatchingOptions,
+    /// The engine's weights (`--dtype`, `--layout`): "bf16 in panels".
+    pub weights: String,
+    /// The second format's, with `--against`.
+    pub against_weights: Option<String>,
     /// Bytes every forward pass streams (the weights).
     pub weight_bytes: f64,
     /// Measured memory read bandwidth, bytes/s.
@@ -116,7 +133,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
 /// Runs `requests` through an engine of `config` until all are done: the tokens of each
 /// (in submission order) and every step report.
 fn run_all(
-    model: &Arc<Model>,
+    model: &Arc<dyn BatchModel>,
     config: EngineConfig,
     requests: &[Request],
 ) -> Result<(Vec<Vec<u32>>, Vec<StepReport>, f64)> {
@@ -162,14 +179,14 @@ fn submit_error(e: crate::engine::SubmitError) -> Error {
 /// A pool of `o.kv` blocks for `requests` requests of `positions` positions each, with
 /// room to spare (a block's partial tail per request, and a few blocks more).
 fn config_for(
-    model: &Model,
+    model: &Config,
     o: &BatchingOptions,
     policy: Policy,
     requests: usize,
     positions: usize,
 ) -> Result<EngineConfig> {
-    let element = KvElement::for_pool(&model.config, o.kv, "paged")?;
-    let token_bytes = element.bytes_per_token(&model.config);
+    let element = KvElement::for_pool(model, o.kv, "paged")?;
+    let token_bytes = element.bytes_per_token(model);
     let per_request = positions + o.block_size + 32;
     Ok(EngineConfig {
         policy,
@@ -183,47 +200,65 @@ fn config_for(
 }
 
 // ANCHOR: throughput
-/// Output tokens/s of `c` concurrent greedy requests, batched and one at a time.
+/// Output tokens/s of `c` concurrent greedy requests, batched and one at a time (and
+/// batched on the `against` weights).
 fn concurrency_point(
-    model: &Arc<Model>,
+    model: &Arc<dyn BatchModel>,
+    against: Option<&Arc<dyn BatchModel>>,
     o: &BatchingOptions,
     c: usize,
 ) -> Result<ConcurrencyPoint> {
-    let vocab = model.config.vocab_size;
+    let vocab = model.config().vocab_size;
     let requests: Vec<Request> = (0..c)
         .map(|i| greedy(synthetic_prompt(o.prompt_len, vocab, i + 1), o.max_tokens))
         .collect();
     let positions = o.prompt_len + o.max_tokens;
-    let sequential = config_for(model, o, Policy::Sequential, c, positions)?;
+    let sequential = config_for(model.config(), o, Policy::Sequential, c, positions)?;
     let (seq_tokens, _, seq_s) = run_all(model, sequential, &requests)?;
-    let continuous = config_for(model, o, Policy::ContinuousChunked, c, positions)?;
-    let (cont_tokens, reports, cont_s) = run_all(model, continuous, &requests)?;
+    let continuous = config_for(model.config(), o, Policy::ContinuousChunked, c, positions)?;
+    let (cont_tokens, reports, cont_s) = run_all(model, continuous.clone(), &requests)?;
     let generated: usize = cont_tokens.iter().map(Vec::len).sum();
-    let decode_only: Vec<f64> = reports
-        .iter()
-        .filter(|r| r.rows.len() == c && r.rows.iter().all(|row| row.rows == 1))
-        .map(|r| r.seconds * 1e3)
-        .collect();
+    let against = match against {
+        Some(other) => {
+            let (tokens, reports, seconds) = run_all(other, continuous, &requests)?;
+            let tok_s = tokens.iter().map(Vec::len).sum::<usize>() as f64 / seconds;
+            Some(AgainstPoint {
+                continuous_tok_s: tok_s,
+                decode_iteration_ms: median(decode_only_ms(&reports, c)),
+                gain: generated as f64 / cont_s / tok_s,
+            })
+        }
+        None => None,
+    };
     Ok(ConcurrencyPoint {
         concurrency: c,
         sequential_tok_s: generated as f64 / seq_s,
         continuous_tok_s: generated as f64 / cont_s,
         speedup: seq_s / cont_s,
-        decode_iteration_ms: median(decode_only),
+        decode_iteration_ms: median(decode_only_ms(&reports, c)),
         tokens_identical: seq_tokens == cont_tokens,
+        against,
     })
+}
+
+/// The times of the iterations whose rows are `c` decodes, in ms.
+fn decode_only_ms(reports: &[StepReport], c: usize) -> Vec<f64> {
+    (reports.iter())
+        .filter(|r| r.rows.len() == c && r.rows.iter().all(|row| row.rows == 1))
+        .map(|r| r.seconds * 1e3)
+        .collect()
 }
 // ANCHOR_END: throughput
 
 // ANCHOR: stall
 /// `o.running` requests decoding; after a few iterations a prompt of `o.long_prompt`
 /// tokens arrives. Every iteration's time and rows, and the running requests' ITL.
-fn stall_run(model: &Arc<Model>, o: &BatchingOptions, policy: Policy) -> Result<StallRun> {
-    let vocab = model.config.vocab_size;
+fn stall_run(model: &Arc<dyn BatchModel>, o: &BatchingOptions, policy: Policy) -> Result<StallRun> {
+    let vocab = model.config().vocab_size;
     let positions = o.long_prompt + o.max_tokens;
     let config = EngineConfig {
         max_batch_tokens: o.stall_budget,
-        ..config_for(model, o, policy, o.running + 1, positions)?
+        ..config_for(model.config(), o, policy, o.running + 1, positions)?
     };
     let mut engine = Engine::new(model.clone(), config)?;
     let mut index = HashMap::new();
@@ -297,9 +332,14 @@ fn stall_run(model: &Arc<Model>, o: &BatchingOptions, policy: Policy) -> Result<
 // ANCHOR_END: stall
 
 /// Both experiments.
-pub fn run(model: Arc<Model>, name: &str, options: BatchingOptions) -> Result<BatchingReport> {
+pub fn run(
+    model: Arc<dyn BatchModel>,
+    against: Option<Arc<dyn BatchModel>>,
+    name: &str,
+    options: BatchingOptions,
+) -> Result<BatchingReport> {
     let o = &options;
-    let limit = model.config.max_position_embeddings;
+    let limit = model.config().max_position_embeddings;
     if o.concurrency.is_empty() || o.concurrency.contains(&0) {
         return Err(Error::InvalidArgument(
             "--concurrency: give one or more counts of at least 1 (e.g. 1,2,4,8)".into(),
@@ -323,12 +363,12 @@ pub fn run(model: Arc<Model>, name: &str, options: BatchingOptions) -> Result<Ba
             )));
         }
     }
-    let weight_bytes = streamed_weight_bytes(model.as_ref());
+    let weight_bytes = model.streamed_bytes();
     let bandwidth = memory_bandwidth();
     let points = o
         .concurrency
         .iter()
-        .map(|&c| concurrency_point(&model, o, c))
+        .map(|&c| concurrency_point(&model, against.as_ref(), o, c))
         .collect::<Result<Vec<_>>>()?;
     let stall = [Policy::Continuous, Policy::ContinuousChunked]
         .into_iter()
@@ -338,6 +378,8 @@ pub fn run(model: Arc<Model>, name: &str, options: BatchingOptions) -> Result<Ba
         model: name.to_string(),
         machine: machine_name(),
         options,
+        weights: model.weights(),
+        against_weights: against.as_ref().map(|a| a.weights()),
         weight_bytes,
         bandwidth_bytes_s: bandwidth,
         roof_step_ms: weight_bytes / bandwidth * 1e3,

@@ -14,9 +14,9 @@
 //! mode the second token's gap includes the hand-off).
 
 use super::timing::machine_name;
+use crate::batch::BatchModel;
 use crate::engine::{Engine, EngineConfig, KvTransfer, Policy, Request, Role, StepReport};
 use crate::error::{Error, Result};
-use crate::model::Model;
 use crate::server::loadtest::Percentiles;
 use crate::server::workload::{plan, Planned, PromptMix};
 use serde::Serialize;
@@ -36,6 +36,8 @@ pub struct DisaggOptions {
     pub mix: PromptMix,
     /// Tokens one iteration may run (the prefill chunk when decodes share it).
     pub max_batch_tokens: usize,
+    /// Positions per block of both engines' pools (`--block-size`).
+    pub block_size: usize,
 }
 
 /// One mode's measurements.
@@ -61,6 +63,8 @@ pub struct ModeReport {
 pub struct DisaggReport {
     pub machine: String,
     pub model: String,
+    /// The engines' weights (`--dtype`, `--layout`): "f32 in panels".
+    pub weights: String,
     pub options: DisaggOptions,
     pub prompt_tokens: usize,
     pub output_tokens: usize,
@@ -75,7 +79,11 @@ pub struct DisaggReport {
 /// Every request's tokens with the time each was produced.
 type Timeline = HashMap<u64, Vec<(Instant, u32)>>;
 
-pub fn run(model: Arc<Model>, model_name: &str, options: DisaggOptions) -> Result<DisaggReport> {
+pub fn run(
+    model: Arc<dyn BatchModel>,
+    model_name: &str,
+    options: DisaggOptions,
+) -> Result<DisaggReport> {
     if options.requests == 0 || !(options.rate > 0.0 && options.rate.is_finite()) {
         return Err(Error::InvalidArgument(
             "--requests must be at least 1 and --rate a positive number of requests per second"
@@ -86,17 +94,19 @@ pub fn run(model: Arc<Model>, model_name: &str, options: DisaggOptions) -> Resul
     let config = EngineConfig {
         policy: Policy::ContinuousChunked,
         max_batch_tokens: options.max_batch_tokens,
+        block_size: options.block_size,
         ..EngineConfig::default()
     };
     for p in &planned {
-        crate::engine::validate(&model, &config, &request_of(p))?;
+        crate::engine::validate(model.config(), &config, request_of(p))?;
     }
     let (colocated, colocated_tokens) = colocated_run(&model, &config, &planned)?;
     let (disaggregated, disagg_tokens) = disaggregated_run(&model, &config, &planned)?;
-    let c = &model.config;
+    let c = model.config();
     Ok(DisaggReport {
         machine: machine_name(),
         model: model_name.to_string(),
+        weights: model.weights(),
         prompt_tokens: planned.iter().map(|p| p.prompt.len()).sum(),
         output_tokens: planned.iter().map(|p| p.max_tokens).sum(),
         kv_bytes_per_prompt_token: 2 * c.num_hidden_layers * c.n_kv_heads() * c.head_dim() * 4,
@@ -167,7 +177,7 @@ fn feed(
 // ANCHOR_END: feed
 
 fn colocated_run(
-    model: &Arc<Model>,
+    model: &Arc<dyn BatchModel>,
     config: &EngineConfig,
     planned: &[Planned],
 ) -> Result<(ModeReport, Vec<Vec<u32>>)> {
@@ -195,7 +205,7 @@ fn colocated_run(
 /// finished prefill onto the socket; a reader thread turns frames back into byte
 /// buffers; the decode thread parses and imports them between its iterations.
 fn disaggregated_run(
-    model: &Arc<Model>,
+    model: &Arc<dyn BatchModel>,
     config: &EngineConfig,
     planned: &[Planned],
 ) -> Result<(ModeReport, Vec<Vec<u32>>)> {

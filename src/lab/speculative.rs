@@ -75,7 +75,7 @@ pub fn run_experiment(
     layout: CacheLayout,
 ) -> Result<SpecExperiment> {
     opts.validate(model)?;
-    check_request(model, prompt, opts.max_new_tokens)?;
+    check_request(&model.config, prompt, opts.max_new_tokens)?;
     let plain_opts = GenerateOptions {
         max_new_tokens: opts.max_new_tokens,
         path: PathKind::Cached,

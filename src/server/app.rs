@@ -4,10 +4,12 @@
 use super::metrics::ServerCounters;
 use super::openai::Endpoint;
 use super::validate::ServedModel;
+use crate::batch::BatchModel;
+use crate::cache::KvElement;
 use crate::engine::{EngineConfig, EngineHandle};
 use crate::error::Result;
-use crate::model::Model;
 use crate::tokenizer::Tokenizer;
+use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -35,12 +37,29 @@ impl ServerConfig {
     }
 }
 
+/// What the server runs, as `GET /health` reports it (the load test records it beside
+/// its figures, so a table of runs says what each row served with).
+#[derive(Debug, Clone, Serialize)]
+pub struct Setup {
+    pub policy: &'static str,
+    /// The weights' format (`--dtype`, `--layout`): "bf16 in panels".
+    pub weights: String,
+    /// What the pool stores (`--kv`): "full", "int8", ...
+    pub kv: &'static str,
+    pub block_size: usize,
+    /// Bytes of one position (K and V, every layer) as the pool stores it.
+    pub kv_bytes_per_token: usize,
+    /// Positions the whole pool holds (its blocks x the block size).
+    pub pool_positions: usize,
+}
+
 /// What every handler shares: the engine, the tokenizer, the served model's limits.
 pub struct App {
     pub engine: EngineHandle,
     pub tokenizer: Tokenizer,
     pub served: ServedModel,
     pub policy: crate::engine::Policy,
+    pub setup: Setup,
     pub(super) max_body_bytes: usize,
     /// Unix time the server started (`/v1/models`' `created`).
     pub(super) started: u64,
@@ -51,21 +70,40 @@ pub struct App {
 
 impl App {
     /// Starts the engine on `model` and wraps it for the routes.
-    pub fn new(model: Arc<Model>, tokenizer: Tokenizer, config: ServerConfig) -> Result<Arc<App>> {
+    pub fn new(
+        model: Arc<dyn BatchModel>,
+        tokenizer: Tokenizer,
+        config: ServerConfig,
+    ) -> Result<Arc<App>> {
         let served = ServedModel {
             name: config.model_name.clone(),
-            max_context: model.config.max_position_embeddings,
-            vocab_size: model.config.vocab_size,
-            eos_ids: model.config.eos_ids(),
+            max_context: model.config().max_position_embeddings,
+            vocab_size: model.config().vocab_size,
+            eos_ids: model.config().eos_ids(),
             default_max_tokens: config.default_max_tokens,
         };
         let policy = config.engine.policy;
+        let element = KvElement::for_pool(model.config(), config.engine.kv, "paged")?;
+        let weights = model.weights();
+        let kv_bytes_per_token = element.bytes_per_token(model.config());
+        let (kv, block_size) = (config.engine.kv.name(), config.engine.block_size);
         let engine = EngineHandle::spawn(model, config.engine)?;
+        // Before the first request every block is free: the pool's size.
+        let pool_blocks = engine.metrics().kv_blocks_free;
+        let setup = Setup {
+            policy: policy.name(),
+            weights,
+            kv,
+            block_size,
+            kv_bytes_per_token,
+            pool_positions: pool_blocks * block_size,
+        };
         Ok(Arc::new(App {
             engine,
             tokenizer,
             served,
             policy,
+            setup,
             max_body_bytes: config.max_body_bytes,
             started: unix_time(),
             next_response: AtomicU64::new(0),

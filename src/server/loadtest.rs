@@ -84,6 +84,12 @@ pub struct LoadtestReport {
     pub model: String,
     /// The server's scheduling policy, as its `/health` reports it.
     pub policy: Option<String>,
+    /// Its weights' format, pool element and pool size (`/health`; `None` from a server
+    /// that does not say).
+    pub weights: Option<String>,
+    pub kv: Option<String>,
+    pub kv_bytes_per_token: Option<u64>,
+    pub pool_positions: Option<u64>,
     pub requests: usize,
     pub rate: f64,
     pub seed: u64,
@@ -179,12 +185,7 @@ pub async fn run(config: &LoadtestConfig) -> Result<LoadtestReport> {
                 .map_err(|e| Error::Internal(format!("a load-test task failed: {e}")))?,
         );
     }
-    Ok(summarise(
-        config,
-        model,
-        health["policy"].as_str().map(str::to_string),
-        records,
-    ))
+    Ok(summarise(config, model, &health, records))
 }
 // ANCHOR_END: run
 
@@ -302,9 +303,10 @@ impl SseReader {
 fn summarise(
     config: &LoadtestConfig,
     model: String,
-    policy: Option<String>,
+    health: &serde_json::Value,
     records: Vec<RequestRecord>,
 ) -> LoadtestReport {
+    let text = |key: &str| health[key].as_str().map(str::to_string);
     let done: Vec<&RequestRecord> = records
         .iter()
         .filter(|r| r.error.is_none() && r.status == 200 && !r.token_ms.is_empty())
@@ -336,7 +338,11 @@ fn summarise(
     LoadtestReport {
         url: config.url.clone(),
         model,
-        policy,
+        policy: text("policy"),
+        weights: text("weights"),
+        kv: text("kv"),
+        kv_bytes_per_token: health["kv_bytes_per_token"].as_u64(),
+        pool_positions: health["pool_positions"].as_u64(),
         requests: config.requests,
         rate: config.rate,
         seed: config.seed,

@@ -166,9 +166,16 @@ pub async fn models(State(app): State<Arc<App>>) -> Json<ModelList> {
     })
 }
 
-/// `GET /health`: 200 while the server answers, with its scheduling policy.
+/// `GET /health`: 200 while the server answers, with what it runs ([`super::app::Setup`]:
+/// policy, weights, KV pool).
 pub async fn health(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({"status": "ok", "model": app.served.name, "policy": app.policy.name()}))
+    let mut health = serde_json::json!({"status": "ok", "model": app.served.name});
+    if let (Some(h), Ok(serde_json::Value::Object(setup))) =
+        (health.as_object_mut(), serde_json::to_value(&app.setup))
+    {
+        h.extend(setup);
+    }
+    Json(health)
 }
 
 /// `GET /metrics`: Prometheus' text format.

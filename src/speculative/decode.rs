@@ -86,7 +86,7 @@ pub fn generate_speculative(
     mut on_token: impl FnMut(u32, &[f32]),
 ) -> Result<SpecGeneration> {
     opts.validate(model)?;
-    check_request(model, prompt, opts.max_new_tokens)?;
+    check_request(&model.config, prompt, opts.max_new_tokens)?;
     if cache.len() >= prompt.len() {
         return Err(Error::InvalidArgument(format!(
             "the cache already holds {} positions for a {}-token prompt: it must hold a prefix of the prompt, at most all but its last token",

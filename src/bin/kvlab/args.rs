@@ -5,6 +5,7 @@
 use crate::checks::in_range;
 use clap::{Args, ValueEnum};
 use kvlab::backend::{Backend, CacheLayout};
+use kvlab::batch::{batch_model, BatchModel};
 use kvlab::cache::{CacheKind, KvPolicy, PolicyParams, DEFAULT_BLOCK_SIZE};
 use kvlab::device::{Device, GpuDtype, WeightDtype, WeightLayout};
 use kvlab::error::{Error, Result};
@@ -16,6 +17,7 @@ use kvlab::sampler::SamplerConfig;
 use kvlab::tokenizer::{Message, Tokenizer};
 use kvlab::{loader, Config, Model};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Where SmolLM2 lands after `bash scripts/fetch-smollm2.sh`.
 pub const DEFAULT_MODEL: &str = "models/smollm2-135m-instruct";
@@ -241,6 +243,34 @@ impl DtypeArgs {
             _ => Ok(WeightLayout::Panels),
         }
     }
+
+    /// `model` in these weights, for the engine (`serve`, `bench-batch`, `bench-disagg`):
+    /// converted once, as `generate` converts them.
+    pub fn batch_model(&self, model: Arc<Model>) -> Result<Arc<dyn BatchModel>> {
+        batch_model(model, self.dtype(), self.layout()?)
+    }
+}
+
+/// `f32`, `bf16:rows`, `int8`...: a weight format and layout in one word (`bench-batch
+/// --against`), parsed as `--dtype` and `--layout` are.
+pub fn parse_weights(word: &str) -> std::result::Result<DtypeArgs, String> {
+    let (dtype, layout) = match word.split_once(':') {
+        Some((d, l)) => (d, Some(l)),
+        None => (word, None),
+    };
+    let dtype = WeightDtypeArg::from_str(dtype, true)
+        .map_err(|_| format!("{dtype:?} is not a weight format: f32, bf16 or int8, then optionally :rows or :panels (e.g. f32:rows)"))?;
+    let layout = match layout {
+        Some(l) => Some(
+            WeightLayoutArg::from_str(l, true)
+                .map_err(|_| format!("{l:?} is not a layout: rows or panels (e.g. f32:rows)"))?,
+        ),
+        None => None,
+    };
+    Ok(DtypeArgs {
+        dtype: Some(dtype),
+        layout,
+    })
 }
 
 /// Positions per block of the paged layouts: one flag, one range check, everywhere.

@@ -333,6 +333,54 @@ impl PagedCache {
     }
 }
 
+// ANCHOR: block_accounting
+/// Block accounting, in one place: the scheduler, admission, preemption and import ask
+/// here how many blocks a step takes, and `prepare_seq` takes exactly that many.
+impl PagedCache {
+    /// Blocks sequence `id` must take to store `rows` more positions: one per block
+    /// boundary crossed, plus a private copy of the block it writes into when that one is
+    /// shared (a fork, a prefix hit) or named in the prefix index. An unknown `id` counts
+    /// as a new, empty sequence.
+    pub fn blocks_to_append(&self, id: SeqId, rows: usize) -> usize {
+        let (new_blocks, copy_tail) = self.append_plan(id, rows);
+        new_blocks + copy_tail.is_some() as usize
+    }
+
+    /// Whether `rows` more positions of `id` fit in the blocks available now, less
+    /// `reserved` blocks already promised to other sequences of the same pass.
+    pub fn can_append(&self, id: SeqId, rows: usize, reserved: usize) -> bool {
+        self.blocks_to_append(id, rows) <= self.available().saturating_sub(reserved)
+    }
+
+    /// Whether a new sequence of `positions` positions fits in the blocks available now.
+    pub fn can_allocate(&self, positions: usize) -> bool {
+        blocks_for_positions(positions, self.pool.block_size()) <= self.available()
+    }
+
+    /// `(new blocks, index of the tail block to copy)` for `rows` more positions of `id`.
+    fn append_plan(&self, id: SeqId, rows: usize) -> (usize, Option<usize>) {
+        let bs = self.pool.block_size();
+        let (len, blocks): (usize, &[BlockId]) = match self.seqs.get(&id) {
+            Some(seq) => (seq.len, &seq.blocks),
+            None => (0, &[]),
+        };
+        let new_blocks = (len + rows).div_ceil(bs).saturating_sub(blocks.len());
+        // The block position `len` falls in, if the table already has it.
+        let tail = (rows > 0 && len / bs < blocks.len()).then_some(len / bs);
+        let copy_tail = tail.filter(|&i| {
+            let b = blocks[i];
+            self.pool.ref_count(b) > 1 || self.prefix.as_ref().is_some_and(|p| p.is_named(b))
+        });
+        (new_blocks, copy_tail)
+    }
+}
+
+/// Blocks of `block_size` positions that `positions` positions fill.
+pub fn blocks_for_positions(positions: usize, block_size: usize) -> usize {
+    positions.div_ceil(block_size.max(1))
+}
+// ANCHOR_END: block_accounting
+
 /// The write path: what one forward pass does to a sequence, verb by verb
 /// (called through [`PagedSeq`]'s [`crate::cache::KvStore`] impl).
 impl PagedCache {
@@ -342,15 +390,8 @@ impl PagedCache {
     /// nothing: when the pool cannot give every block, nothing changes.
     fn prepare_seq(&mut self, id: SeqId, tokens: &[u32]) -> Result<()> {
         let bs = self.pool.block_size();
-        let seq = self.get(id)?;
-        let (len, n) = (seq.len, tokens.len());
-        let new_blocks = (len + n).div_ceil(bs).saturating_sub(seq.blocks.len());
-        // The block position `len` falls in, if the table already has it.
-        let tail = (n > 0 && len / bs < seq.blocks.len()).then_some(len / bs);
-        let copy_tail = tail.filter(|&i| {
-            let b = seq.blocks[i];
-            self.pool.ref_count(b) > 1 || self.prefix.as_ref().is_some_and(|p| p.is_named(b))
-        });
+        let len = self.get(id)?.len;
+        let (new_blocks, copy_tail) = self.append_plan(id, tokens.len());
         let needed = new_blocks + copy_tail.is_some() as usize;
         if needed > self.available() {
             return Err(self.budget_error(needed));

@@ -1,7 +1,7 @@
 //! `kvlab bench-batch`: the serving engine's throughput against concurrency, and the
 //! decode stall with and without chunked prefill (book: scheduling.md).
 
-use crate::args::{BlockSizeArgs, JsonArgs, KvArgs, ModelArgs};
+use crate::args::{parse_weights, BlockSizeArgs, DtypeArgs, JsonArgs, KvArgs, ModelArgs};
 use crate::print;
 use clap::Args;
 use kvlab::error::Result;
@@ -31,6 +31,12 @@ pub struct BenchBatchArgs {
     #[arg(long, default_value_t = 128)]
     pub stall_budget: usize,
     #[command(flatten)]
+    pub weights: DtypeArgs,
+    /// Also run each level's continuous load on these weights, right after (e.g.
+    /// `f32:rows`, `bf16`, `int8`): what `--dtype`/`--layout` buy, side by side.
+    #[arg(long, value_parser = parse_weights)]
+    pub against: Option<DtypeArgs>,
+    #[command(flatten)]
     pub block: BlockSizeArgs,
     #[command(flatten)]
     pub kv: KvArgs,
@@ -50,7 +56,13 @@ pub fn bench_batch(args: BenchBatchArgs) -> Result<()> {
         kv: args.kv.policy()?,
         block_size: args.block.block_size,
     };
-    let report = batching::run(Arc::new(loaded.model), &loaded.name, options)?;
+    let loaded_model = Arc::new(loaded.model);
+    let against = match args.against {
+        Some(weights) => Some(weights.batch_model(loaded_model.clone())?),
+        None => None,
+    };
+    let model = args.weights.batch_model(loaded_model)?;
+    let report = batching::run(model, against, &loaded.name, options)?;
     if args.out.json {
         return print::json(&report);
     }
@@ -77,6 +89,10 @@ pub struct BenchDisaggArgs {
     #[arg(long, default_value_t = 256)]
     pub max_batch_tokens: usize,
     #[command(flatten)]
+    pub weights: DtypeArgs,
+    #[command(flatten)]
+    pub block: BlockSizeArgs,
+    #[command(flatten)]
     pub out: JsonArgs,
 }
 
@@ -89,8 +105,10 @@ pub fn bench_disagg(args: BenchDisaggArgs) -> Result<()> {
         seed: args.seed,
         mix: kvlab::server::workload::PromptMix::parse(&args.prompt_mix)?,
         max_batch_tokens: args.max_batch_tokens,
+        block_size: args.block.block_size,
     };
-    let report = kvlab::lab::disagg::run(Arc::new(loaded.model), &loaded.name, options)?;
+    let model = args.weights.batch_model(Arc::new(loaded.model))?;
+    let report = kvlab::lab::disagg::run(model, &loaded.name, options)?;
     if args.out.json {
         return print::json(&report);
     }

@@ -104,7 +104,7 @@ pub fn trace(args: TraceArgs) -> Result<()> {
         sampler: args.sampling.config(),
         eos_ids: model.config.eos_ids(),
     };
-    check_request(model, &prompt_ids, opts.max_new_tokens)?;
+    check_request(&model.config, &prompt_ids, opts.max_new_tokens)?;
     let json = args.json.json;
     if !json {
         eprintln!(

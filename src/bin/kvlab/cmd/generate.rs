@@ -206,7 +206,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
         model,
         args.path.into(),
     );
-    check_request(model, &prompt_ids, opts.max_new_tokens)?;
+    check_request(&model.config, &prompt_ids, opts.max_new_tokens)?;
     let backend = args.implementation.backend(&args.device, model)?;
     let layout = args.cache.layout()?;
     // Timed: building the decoder reserves (and zero-fills) the whole KV cache before the
@@ -333,7 +333,7 @@ fn run_compare(
         layout,
         ttft_rounds,
     } = request;
-    check_request(model, prompt_ids, opts.max_new_tokens)?;
+    check_request(&model.config, prompt_ids, opts.max_new_tokens)?;
     if !json {
         eprintln!(
             "device: {} | prompt: {} tokens | TTFT: a warm-up round and {ttft_rounds} rounds, the paths alternating | then {} new tokens with each path (the naive one takes a while)...",

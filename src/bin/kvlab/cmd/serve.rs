@@ -2,7 +2,7 @@
 //! against one): book serving.md. Both only parse arguments; the server and the load
 //! generator live in the library (`kvlab::server`).
 
-use crate::args::{BlockSizeArgs, KvArgs, DEFAULT_MODEL};
+use crate::args::{BlockSizeArgs, DtypeArgs, KvArgs, DEFAULT_MODEL};
 use crate::checks::{at_least, in_range};
 use crate::print;
 use clap::{Args, ValueEnum};
@@ -50,6 +50,8 @@ pub struct ServeArgs {
     /// Do not reuse the KV blocks of prompt prefixes seen before.
     #[arg(long)]
     pub no_prefix_caching: bool,
+    #[command(flatten)]
+    pub weights: DtypeArgs,
     #[command(flatten)]
     pub block: BlockSizeArgs,
     #[command(flatten)]
@@ -103,7 +105,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             .map_or("model".into(), |n| n.to_string_lossy().into_owned()),
     };
     let tokenizer = Tokenizer::from_dir(&args.model)?;
-    let model = Arc::new(loader::load_model(&args.model)?);
+    let model = args
+        .weights
+        .batch_model(Arc::new(loader::load_model(&args.model)?))?;
     let mut config = ServerConfig::new(&name);
     config.engine = EngineConfig {
         policy: args.policy.into(),
@@ -119,7 +123,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     config.default_max_tokens = args.default_max_tokens;
     let policy = config.engine.policy;
     let pool = format!(
-        "--kv {} in blocks of {}",
+        "weights {}, --kv {} in blocks of {}",
+        model.weights(),
         config.engine.kv.name(),
         config.engine.block_size
     );

@@ -111,7 +111,7 @@ pub fn generate(args: GenerateArgs) -> Result<()> {
     let prompt_ids = args.prompt.token_ids(tokenizer, &model.config)?;
     let (max_new, layout) = (args.prompt.max_new_tokens, args.cache.layout()?);
     let opts = spec_options(max_new, &args.sampling, model, args.spec.draft_len)?;
-    check_request(model, &prompt_ids, max_new)?;
+    check_request(&model.config, &prompt_ids, max_new)?;
     let mut drafter = spec.build(model)?;
     let capacity = prompt_ids.len() + max_new;
     let mut cache = new_layout_store(&model.config, layout, capacity)?;
@@ -148,7 +148,7 @@ pub fn compare(args: CompareArgs) -> Result<()> {
     let prompt_ids = args.prompt.token_ids(tokenizer, &model.config)?;
     let max_new = args.prompt.max_new_tokens;
     let opts = spec_options(max_new, &args.sampling, model, args.spec.draft_len)?;
-    check_request(model, &prompt_ids, max_new)?;
+    check_request(&model.config, &prompt_ids, max_new)?;
     let mut drafter = spec.build(model)?;
     if !args.out.json {
         eprintln!(

@@ -6,8 +6,9 @@ use kvlab::lab::disagg::DisaggReport;
 pub fn batching(r: &BatchingReport) {
     let o = &r.options;
     outln!(
-        "kvlab bench-batch — {} on {}: {} greedy requests of {} prompt + {} new tokens, one at a time (sequential) vs all at once (continuous batching); KV pool --kv {} in blocks of {}",
+        "kvlab bench-batch — {} ({}) on {}: {} greedy requests of {} prompt + {} new tokens, one at a time (sequential) vs all at once (continuous batching); KV pool --kv {} in blocks of {}",
         r.model,
+        r.weights,
         r.machine,
         o.concurrency.iter().map(|c| c.to_string()).collect::<Vec<_>>().join("/"),
         o.prompt_len,
@@ -21,17 +22,17 @@ pub fn batching(r: &BatchingReport) {
         r.bandwidth_bytes_s / 1e9,
         r.roof_step_ms
     );
-    outln!(
+    let against = r.against_weights.as_deref();
+    let mut header = format!(
         "{:>8} {:>15} {:>15} {:>8} {:>16} {:>10}",
-        "requests",
-        "sequential t/s",
-        "continuous t/s",
-        "speedup",
-        "decode iter ms",
-        "same tokens"
+        "requests", "sequential t/s", "continuous t/s", "speedup", "decode iter ms", "same tokens"
     );
+    if let Some(w) = against {
+        header += &format!("  | {w}: {:>8} {:>9} {:>6}", "cont t/s", "iter ms", "gain");
+    }
+    outln!("{header}");
     for p in &r.points {
-        outln!(
+        let mut line = format!(
             "{:>8} {:>15.1} {:>15.1} {:>7.2}x {:>16.1} {:>10}",
             p.concurrency,
             p.sequential_tok_s,
@@ -40,6 +41,13 @@ pub fn batching(r: &BatchingReport) {
             p.decode_iteration_ms,
             if p.tokens_identical { "yes" } else { "NO" }
         );
+        if let (Some(w), Some(a)) = (against, &p.against) {
+            line += &format!(
+                "  | {w}: {:>8.1} {:>9.1} {:>5.2}x",
+                a.continuous_tok_s, a.decode_iteration_ms, a.gain
+            );
+        }
+        outln!("{line}");
     }
     outln!(
         "decode stall: {} requests decoding when a {}-token prompt arrives, token budget {}",
@@ -74,8 +82,9 @@ pub fn batching(r: &BatchingReport) {
 pub fn disagg(r: &DisaggReport) {
     let o = &r.options;
     outln!(
-        "kvlab bench-disagg — {} on {}: {} requests ({}, {} prompt + {} output tokens), Poisson {}/s, seed {}, token budget {}",
+        "kvlab bench-disagg — {} ({}) on {}: {} requests ({}, {} prompt + {} output tokens), Poisson {}/s, seed {}, token budget {}, blocks of {}",
         r.model,
+        r.weights,
         r.machine,
         o.requests,
         o.mix.kinds.iter().map(|(k, w)| format!("{}:{w}", k.name)).collect::<Vec<_>>().join(","),
@@ -83,7 +92,8 @@ pub fn disagg(r: &DisaggReport) {
         r.output_tokens,
         o.rate,
         o.seed,
-        o.max_batch_tokens
+        o.max_batch_tokens,
+        o.block_size
     );
     outln!(
         "{:<14} {:<34} {:>9} {:>9} {:>8} {:>8} {:>7} {:>11} {:>10}",

@@ -157,7 +157,7 @@ pub fn kernel_checks(checks: &[KernelCheck]) {
     for k in checks {
         let diff = k
             .max_abs_diff
-            .map_or("NaN/inf".to_string(), |d| format!("{d:.3e}"));
+            .map_or("broken".to_string(), |d| format!("{d:.3e}")); // NaN, inf or a wrong length
         outln!(
             "{:<8} {:<17} {:>6} {:>12} {:>11.1e} {:>11.3}  {}",
             k.exercise,

@@ -66,12 +66,22 @@ pub fn loadtest_table(reports: &[Value]) -> Result<()> {
         num(first, &["seed"])?
     );
     outln!();
-    outln!("| policy | done | req/s | out tok/s | TTFT p50 | TTFT p99 | short TTFT p99 | ITL p50 | ITL p99 | ITL max |");
-    outln!("|---|---|---|---|---|---|---|---|---|---|");
+    outln!("| policy | weights | KV | KV bytes/token | pool positions | done | req/s | out tok/s | TTFT p50 | TTFT p99 | short TTFT p99 | ITL p50 | ITL p99 | ITL max |");
+    outln!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    // A report from a server that did not say what it ran shows "?".
+    let said = |r: &Value, key: &str| match &r[key] {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        _ => "?".to_string(),
+    };
     for r in reports {
         outln!(
-            "| {} | {}/{} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
-            r["policy"].as_str().unwrap_or("?"),
+            "| {} | {} | {} | {} | {} | {}/{} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            said(r, "policy"),
+            said(r, "weights"),
+            said(r, "kv"),
+            said(r, "kv_bytes_per_token"),
+            said(r, "pool_positions"),
             num(r, &["completed"])?,
             num(r, &["requests"])?,
             num(r, &["requests_per_s"])?,
