@@ -1,0 +1,1 @@
+kvlab serve --model models/smollm2-135m-instruct --port PORT --policy continuous-chunked --max-batch-tokens 256 --dtype bf16 & kvlab loadtest --url http://127.0.0.1:PORT --requests 16 --rate 0.5 --seed 0 --prompt-mix short:3,long:1 --json
