@@ -627,7 +627,7 @@ async fn eight_streams_on_any_weights_and_pool_equal_each_alone_and_generate() {
         // Whole blocks of 16 in the budget: about budget / per_token positions, a little
         // less for the scales' share of a block.
         assert!(
-            positions % 16 == 0
+            positions.is_multiple_of(16)
                 && positions <= budget / per_token
                 && positions * 10 >= budget / per_token * 9,
             "{health}"
