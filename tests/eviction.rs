@@ -5,8 +5,10 @@
 mod common;
 
 use common::{bits, tiny_config};
+use kvlab::cache::paged::Retention;
 use kvlab::cache::{
-    bytes_per_token, H2oCache, KvStore, MaskRule, MaskedCache, PreallocatedCache, WindowCache,
+    bytes_per_token, H2oCache, KvElement, KvStore, MaskRule, MaskedCache, PagedCache, PagedSeq,
+    PreallocatedCache, WindowCache,
 };
 use kvlab::model::KvSource;
 use kvlab::{Config, Model};
@@ -63,6 +65,11 @@ impl Kept for H2oCache {
         self.positions(layer).to_vec()
     }
 }
+impl Kept for PagedSeq<PagedCache> {
+    fn kept(&self, _layer: usize) -> Vec<usize> {
+        self.cache().positions_held(self.id())
+    }
+}
 impl Kept for MaskedCache {
     fn kept(&self, layer: usize) -> Vec<usize> {
         self.positions(layer).to_vec()
@@ -78,6 +85,7 @@ fn run_twins<C: KvStore + Kept>(
     ops: &[Op],
     evicting: &mut C,
     twin: &mut MaskedCache,
+    check: &dyn Fn(&C) -> Result<(), String>,
 ) -> Result<usize, TestCaseError> {
     let layers = model.config.num_hidden_layers;
     let mut most_rows = 0;
@@ -114,6 +122,7 @@ fn run_twins<C: KvStore + Kept>(
         for l in 0..layers {
             prop_assert_eq!(evicting.kept(l), twin.kept(l), "layer {}", l);
         }
+        check(evicting).map_err(TestCaseError::fail)?;
         most_rows = most_rows.max(evicting.rows_held());
     }
     Ok(most_rows)
@@ -140,7 +149,7 @@ proptest! {
         let rule = MaskRule::Window { window, sinks };
         let mut cache = WindowCache::new(&model.config, window, sinks).unwrap();
         let mut twin = MaskedCache::new(&model.config, text.len(), rule).unwrap();
-        let most = run_twins(&model, &text, &ops, &mut cache, &mut twin)?;
+        let most = run_twins(&model, &text, &ops, &mut cache, &mut twin, &|_| Ok(()))?;
         let per_token = bytes_per_token(&model.config);
         prop_assert!(most <= window);
         prop_assert_eq!(cache.bytes_reserved(), window * per_token);
@@ -152,6 +161,48 @@ proptest! {
         prop_assert_eq!(first, sinks.min(cache.len()));
         prop_assert!(kept[first..].windows(2).all(|w| w[1] == w[0] + 1));
         prop_assert!(kept.len() <= window);
+    }
+
+    /// A window kept in paged blocks (`--cache paged|prefix --kv window`) gives the
+    /// masked full cache's hidden states, bit for bit, for any window, sinks, block
+    /// size, chunking and rollback; after every pass the pool's invariants hold (holes
+    /// only where every position is dropped, no leak), the sequence never holds more
+    /// blocks than `Retention::max_blocks`, and once the text is freed every block is
+    /// back in the pool.
+    #[test]
+    fn paged_window_equals_the_masked_full_cache(
+        (config, text) in config_strategy().prop_flat_map(|c| {
+            let v = c.vocab_size;
+            (Just(c), tokens(v, 1..80))
+        }),
+        (window, sinks) in (1usize..12).prop_flat_map(|w| (Just(w), 0..w)),
+        block_size in 1usize..6,
+        prefix_caching in any::<bool>(),
+        ops in ops_strategy(),
+        seed in any::<u64>(),
+    ) {
+        let model = Model::random(config, seed).unwrap();
+        let retention = Retention::Window { window, sinks };
+        let capacity_blocks = text.len().div_ceil(block_size);
+        let mut paged = PagedSeq::single_keeping(
+            &model.config, KvElement::F32, retention, block_size, capacity_blocks, prefix_caching,
+        ).unwrap();
+        let rule = MaskRule::Window { window, sinks };
+        let mut twin = MaskedCache::new(&model.config, text.len(), rule).unwrap();
+        let check = |seq: &PagedSeq<PagedCache>| seq.cache().check_invariants();
+        let most = run_twins(&model, &text, &ops, &mut paged, &mut twin, &check)?;
+        prop_assert!(most <= window);
+        let most_blocks = retention.max_blocks(block_size).unwrap();
+        prop_assert!(paged.cache().pool().n_blocks() <= most_blocks);
+        prop_assert_eq!(
+            paged.bytes_used(),
+            paged.rows_held() * KvElement::F32.bytes_per_token(&model.config)
+        );
+        let id = paged.id();
+        let mut pool = paged.into_cache();
+        pool.free(id).unwrap();
+        pool.check_invariants().map_err(TestCaseError::fail)?;
+        prop_assert_eq!(pool.stats().used, 0);
     }
 
     /// H2O gives the masked full cache's hidden states, bit for bit: same scores, same
@@ -173,7 +224,7 @@ proptest! {
         let rule = MaskRule::H2o { budget, recent };
         let mut cache = H2oCache::new(&model.config, budget, recent).unwrap();
         let mut twin = MaskedCache::new(&model.config, text.len(), rule).unwrap();
-        let most = run_twins(&model, &text, &ops, &mut cache, &mut twin)?;
+        let most = run_twins(&model, &text, &ops, &mut cache, &mut twin, &|_| Ok(()))?;
         let per_token = bytes_per_token(&model.config);
         prop_assert!(most <= budget);
         prop_assert_eq!(cache.bytes_reserved(), budget * per_token);

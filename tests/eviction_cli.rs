@@ -146,3 +146,56 @@ fn generate_and_compare_take_the_eviction_policies() {
         }
     }
 }
+
+/// `--cache paged|prefix --kv window` keeps the ring's positions in blocks: the same
+/// tokens as `--cache preallocated --kv window` for any block size, never more bytes
+/// than the window's; the engine refuses the window with the reason.
+#[test]
+fn a_window_in_paged_blocks_generates_the_rings_tokens() {
+    let run = |cache: &str, block_size: &str| {
+        let report = json(&[
+            "generate",
+            "--random-weights",
+            "--prompt-len",
+            "30",
+            "--max-new-tokens",
+            "12",
+            "--kv",
+            "window",
+            "--window",
+            "10",
+            "--sinks",
+            "3",
+            "--cache",
+            cache,
+            "--block-size",
+            block_size,
+            "--json",
+        ]);
+        report["generated_ids"].clone()
+    };
+    let ring = run("preallocated", "16");
+    assert_eq!(ring.as_array().unwrap().len(), 12);
+    for cache in ["paged", "prefix"] {
+        for block_size in ["1", "3", "4", "16"] {
+            assert_eq!(
+                run(cache, block_size),
+                ring,
+                "--cache {cache} --block-size {block_size}"
+            );
+        }
+    }
+    fails_with(
+        &[
+            "bench-batch",
+            "--random-weights",
+            "--concurrency",
+            "1",
+            "--kv",
+            "window",
+            "--window",
+            "8",
+        ],
+        "--kv window evicts once per forward pass",
+    );
+}

@@ -6,7 +6,7 @@
 
 use crate::cache::growable::{self, GrowableCache};
 use crate::cache::h2o::H2oCache;
-use crate::cache::paged::PagedSeq;
+use crate::cache::paged::{PagedSeq, Retention};
 use crate::cache::policy::KvPolicy;
 use crate::cache::preallocated::PreallocatedCache;
 use crate::cache::quant::QuantCache;
@@ -61,8 +61,9 @@ pub fn new_store(
 // ANCHOR: composed_store
 /// A cache for one sequence of up to `capacity` positions: the layout `kind` holding
 /// what `policy` keeps. A paged or prefix pool stores f32, int8 or int4-per-token blocks
-/// (`element.rs`); the preallocated layout takes every policy; what a layout cannot hold
-/// is refused with the reason.
+/// (`element.rs`), or keeps a sliding window of f32 blocks (`paged/retention.rs`); the
+/// preallocated layout takes every policy; what a layout cannot hold is refused with
+/// the reason.
 pub fn new_composed_store(
     config: &Config,
     kind: CacheKind,
@@ -74,17 +75,23 @@ pub fn new_composed_store(
         (_, KvPolicy::Full) => new_store(config, kind, capacity, block_size),
         (CacheKind::Preallocated, _) => new_policy_store(config, policy, capacity),
         (CacheKind::Paged | CacheKind::Prefix, _) => {
-            let element = KvElement::for_pool(config, policy, kind.name())?;
-            Ok(Box::new(PagedSeq::single_of(
+            // A window is a retention, not an element: its blocks hold f32 rows, and
+            // the table drops the blocks the window slid past (`paged/retention.rs`).
+            let element = match policy {
+                KvPolicy::Window { .. } => KvElement::F32,
+                _ => KvElement::for_pool(config, policy, kind.name())?,
+            };
+            Ok(Box::new(PagedSeq::single_keeping(
                 config,
                 element,
+                Retention::of(policy)?,
                 block_size,
                 capacity.div_ceil(block_size.max(1)).max(1),
                 kind == CacheKind::Prefix,
             )?))
         }
         (CacheKind::Growable, _) => Err(Error::InvalidArgument(format!(
-            "--cache growable doubles one f32 buffer and --kv {} needs a cache of its own: use --cache preallocated (every --kv), or paged or prefix (int8, int4-per-token)",
+            "--cache growable doubles one f32 buffer and --kv {} needs a cache of its own: use --cache preallocated (every --kv), or paged or prefix (int8, int4-per-token, window)",
             policy.name()
         ))),
     }

@@ -42,9 +42,11 @@ impl KvElement {
             KvPolicy::Int4Kivi { .. } => Err(Error::InvalidArgument(format!(
                 "--kv int4 (KIVI) quantizes keys per channel over groups of positions and keeps the unfilled group in f32 per sequence, which a block of --cache {layout} cannot hold: use --kv int4-per-token or --kv int8 with --cache {layout}, or --cache preallocated with --kv int4"
             ))),
-            KvPolicy::Window { .. } | KvPolicy::H2o { .. } => Err(Error::InvalidArgument(format!(
-                "--kv {} evicts positions and keeps its own cache; a --cache {layout} pool keeps every position: drop --cache {layout} (the window and H2O caches are preallocated)",
-                policy.name()
+            KvPolicy::Window { .. } => Err(Error::InvalidArgument(format!(
+                "--kv window evicts once per forward pass, so what a token sees depends on how its prompt was cut into passes, and a shared --cache {layout} pool (the engine, whose scheduler cuts prompts as the load allows) would change it: serve with --kv full, int8 or int4-per-token; kvlab generate --cache {layout} --kv window runs one sequence in its own pool"
+            ))),
+            KvPolicy::H2o { .. } => Err(Error::InvalidArgument(format!(
+                "--kv h2o evicts single rows anywhere by the attention they received, and a block of --cache {layout} goes back to the pool only when all its rows have gone: use --cache preallocated with --kv h2o"
             ))),
         }
     }
@@ -105,6 +107,14 @@ mod tests {
             sinks: 4,
         };
         let err = KvElement::for_pool(&config, window, "paged").unwrap_err();
-        assert!(err.to_string().contains("evicts"));
+        assert!(err.to_string().contains("evicts once per forward pass"));
+        let h2o = KvPolicy::H2o {
+            budget: 64,
+            recent: 8,
+        };
+        let err = KvElement::for_pool(&config, h2o, "prefix").unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("--cache preallocated with --kv h2o"));
     }
 }

@@ -102,21 +102,50 @@ pub struct Paged<'a> {
     pub v_blocks: Vec<&'a [f32]>,
     pub block_size: usize,
     pub kv_dim: usize,
+    /// Positions a sliding window dropped from the table (none for a full cache).
+    pub evicted: Evicted,
 }
 
 impl KvRows for Paged<'_> {
-    /// Position `j` is row `j % block_size` of block `j / block_size`: the only
-    /// difference from the contiguous layout is this address computation.
+    /// Row `j` is position `p` ([`Evicted::position`]), and position `p` is row
+    /// `p % block_size` of block `p / block_size`: the only difference from the
+    /// contiguous layout is this address computation.
     fn key(&self, j: usize) -> &[f32] {
-        let (block, row) = (j / self.block_size, j % self.block_size);
+        let p = self.evicted.position(j);
+        let (block, row) = (p / self.block_size, p % self.block_size);
         &self.k_blocks[block][row * self.kv_dim..][..self.kv_dim]
     }
     fn value(&self, j: usize) -> &[f32] {
-        let (block, row) = (j / self.block_size, j % self.block_size);
+        let p = self.evicted.position(j);
+        let (block, row) = (p / self.block_size, p % self.block_size);
         &self.v_blocks[block][row * self.kv_dim..][..self.kv_dim]
     }
 }
 // ANCHOR_END: paged_rows
+
+// ANCHOR: evicted_rows
+/// The positions a sliding window has dropped from a block table: `count` positions
+/// from `sinks` on (`src/cache/paged/retention.rs`). Attention reads rows in position
+/// order, so row `r` is position `r` among the sinks and position `r + count` after
+/// them: the rows of a [`Ring`], found through the block table instead of a ring.
+/// A full cache drops nothing (`count = 0`): row `r` is position `r`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evicted {
+    pub sinks: usize,
+    pub count: usize,
+}
+
+impl Evicted {
+    #[inline(always)]
+    pub fn position(self, r: usize) -> usize {
+        if r < self.sinks {
+            r
+        } else {
+            r + self.count
+        }
+    }
+}
+// ANCHOR_END: evicted_rows
 
 // ANCHOR: ring_rows
 /// A sliding window with attention sinks, kept in a ring (StreamingLLM, Xiao et al.

@@ -54,6 +54,19 @@ pub fn window_pass_limit(window: usize, sinks: usize, held: usize) -> usize {
     window - held.min(sinks)
 }
 
+/// Refuses a pass of `n` new tokens that a window holding `held` rows cannot take
+/// beside its sinks (the ring and the paged window, `paged/retention.rs`, alike).
+pub fn check_window_pass(window: usize, sinks: usize, held: usize, n: usize) -> Result<()> {
+    let limit = window_pass_limit(window, sinks, held);
+    if n > limit {
+        return Err(Error::InvalidArgument(format!(
+            "{n} new tokens do not fit a window of {window} positions with {sinks} sinks: \
+             feed at most {limit} tokens per forward pass"
+        )));
+    }
+    Ok(())
+}
+
 // ANCHOR: window_cache
 /// A KV cache of at most `window` positions: `sinks` first ones, and the most recent.
 pub struct WindowCache {
@@ -136,14 +149,7 @@ impl KvStore for WindowCache {
     /// nothing is copied. The sinks stay.
     fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
         let n = tokens.len();
-        let limit = window_pass_limit(self.window, self.sinks, self.rows);
-        if n > limit {
-            return Err(Error::InvalidArgument(format!(
-                "{n} new tokens do not fit a window of {} positions with {} sinks: \
-                 feed at most {limit} tokens per forward pass",
-                self.window, self.sinks
-            )));
-        }
+        check_window_pass(self.window, self.sinks, self.rows, n)?;
         let evict = (self.rows + n).saturating_sub(self.window);
         if evict > 0 {
             self.oldest = (self.oldest + evict) % self.ring_len();

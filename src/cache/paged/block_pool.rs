@@ -17,13 +17,18 @@ use crate::cache::buffer::zeroed_buffer;
 use crate::cache::element::KvElement;
 use crate::cache::quant::rows::PagedQuantRows;
 use crate::cache::quant::{QuantRows, Side};
-use crate::cache::rows::Paged;
+use crate::cache::rows::{Evicted, Paged};
 use crate::cache::view::KvView;
 use crate::config::Config;
 use crate::error::{Error, Result};
 
 /// Index of a block in the pool.
 pub type BlockId = usize;
+
+/// A hole in a block table: the block that stood here went back to the pool because a
+/// sliding window slid past all of it (vLLM's sliding-window manager puts its
+/// `null_block` there). Attention never reads a hole: [`Evicted`] skips its positions.
+pub const HOLE: BlockId = BlockId::MAX;
 
 // ANCHOR: block_pool
 /// `n_blocks` blocks of `block_size` positions, each holding K and V for every layer.
@@ -208,11 +213,20 @@ impl BlockPool {
     // ANCHOR: pool_view
     /// Layer `layer`'s keys and values of the blocks in `table`, in table order, as
     /// attention reads them: f32 block slices, or the quantized slots behind the table.
-    pub fn layer_view<'a>(&'a self, layer: usize, table: &'a [BlockId]) -> KvView<'a> {
+    /// `evicted` says which positions a window dropped; their holes read as empty blocks.
+    pub fn layer_view<'a>(
+        &'a self,
+        layer: usize,
+        table: &'a [BlockId],
+        evicted: Evicted,
+    ) -> KvView<'a> {
         let (bs, kv_dim) = (self.block_size, self.kv_dim);
         match &self.memory {
             Memory::F32 { k, v } => {
-                let block = |data: &'a [f32], b: BlockId| {
+                let block = |data: &'a [f32], b: BlockId| -> &'a [f32] {
+                    if b == HOLE {
+                        return &[];
+                    }
                     let start = self.offset(layer, b, 0);
                     &data[start..start + bs * kv_dim]
                 };
@@ -221,6 +235,7 @@ impl BlockPool {
                     v_blocks: table.iter().map(|&b| block(v, b)).collect(),
                     block_size: bs,
                     kv_dim,
+                    evicted,
                 })
             }
             Memory::PerToken { keys, values } => {
@@ -232,6 +247,7 @@ impl BlockPool {
                     },
                     table,
                     block_size: bs,
+                    evicted,
                 })
             }
             // Nothing was ever written: a view of no rows (attention reads none).
@@ -240,6 +256,7 @@ impl BlockPool {
                 v_blocks: Vec::new(),
                 block_size: bs,
                 kv_dim,
+                evicted,
             }),
         }
     }

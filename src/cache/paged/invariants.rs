@@ -1,7 +1,7 @@
 //! The paged allocator's invariants, checked by the property tests (`tests/caches.rs`)
 //! after every operation of random interleavings. Book: paged-attention.md.
 
-use super::{BlockId, PagedCache};
+use super::{BlockId, PagedCache, HOLE};
 use std::collections::{HashMap, HashSet};
 
 impl PagedCache {
@@ -12,13 +12,15 @@ impl PagedCache {
     /// 3. free + used + cached = pool size;
     /// 4. every name points at a block that carries it, and parked blocks are named;
     /// 5. between passes, a sequence holds exactly `ceil(len / block_size)` blocks
-    ///    (waste < one block) and its named blocks hold its own tokens.
+    ///    (waste < one block) and its named blocks hold its own tokens;
+    /// 6. a hole stands only where a window dropped every position of the block, and a
+    ///    window's sequence holds no more blocks than `Retention::max_blocks`.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let bs = self.pool.block_size();
         let n = self.pool.n_blocks();
         let mut holders = vec![0u32; n];
         for seq in self.seqs.values() {
-            for &b in &seq.blocks {
+            for &b in seq.blocks.iter().filter(|&&b| b != HOLE) {
                 holders[b] += 1;
             }
         }
@@ -79,7 +81,26 @@ impl PagedCache {
                     seq.len
                 ));
             }
+            let sinks = self.evicted(*id).sinks;
+            let dropped = sinks..sinks + seq.evicted;
+            let real = seq.blocks.iter().filter(|&&b| b != HOLE).count();
+            if let Some(most) = self.retention.max_blocks(bs) {
+                if real > most {
+                    return Err(format!(
+                        "{id:?}: a window's sequence holds {real} blocks, more than {most}"
+                    ));
+                }
+            }
             for (i, &b) in seq.blocks.iter().enumerate() {
+                if b == HOLE {
+                    let held = i * bs..((i + 1) * bs).min(seq.len);
+                    if held.start < dropped.start || held.end > dropped.end {
+                        return Err(format!(
+                            "{id:?}: block {i} of the table is a hole but positions {held:?} are not all dropped ({dropped:?})"
+                        ));
+                    }
+                    continue;
+                }
                 let Some(key) = self.prefix.as_ref().and_then(|p| p.key(b)) else {
                     continue;
                 };

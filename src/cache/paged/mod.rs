@@ -28,9 +28,11 @@
 pub mod block_pool;
 mod invariants;
 pub mod prefix;
+pub mod retention;
 mod seq;
 
-pub use block_pool::{BlockId, BlockPool};
+pub use block_pool::{BlockId, BlockPool, HOLE};
+pub use retention::Retention;
 pub use seq::PagedSeq;
 
 use crate::cache::element::KvElement;
@@ -59,6 +61,9 @@ struct Sequence {
     pending: Vec<u32>,
     /// Names of full blocks `0..hashes.len()` (prefix caching only).
     hashes: Vec<u64>,
+    /// Positions a sliding window dropped: `sinks..sinks + evicted` (`retention.rs`).
+    /// Blocks wholly inside them are [`HOLE`]s in `blocks`.
+    evicted: usize,
 }
 // ANCHOR_END: block_table
 
@@ -68,6 +73,8 @@ pub struct PagedCache {
     /// `Some` when prefix caching is on.
     prefix: Option<PrefixIndex>,
     seqs: BTreeMap<SeqId, Sequence>,
+    /// What every sequence keeps: all positions, or a window (`retention.rs`).
+    retention: Retention,
     next_id: u64,
     kv_dim: usize,
     block_bytes: usize,
@@ -140,6 +147,7 @@ impl PagedCache {
             prefix: prefix_caching.then(|| PrefixIndex::new(n_blocks)),
             pool,
             seqs: BTreeMap::new(),
+            retention: Retention::Full,
             next_id: 0,
             kv_dim: config.n_kv_heads() * config.head_dim(),
             block_bytes: BlockPool::block_bytes(config, element, block_size),
@@ -161,6 +169,18 @@ impl PagedCache {
     ) -> Result<PagedCache> {
         let n_blocks = blocks_in_budget(config, element, block_size, budget_bytes)?;
         PagedCache::with_element(config, element, block_size, n_blocks, prefix_caching)
+    }
+
+    /// This pool, its sequences keeping what `retention` says. A window is for one
+    /// sequence's own pool (`kvlab generate --cache paged --kv window`): it turns prefix
+    /// reuse off, since a window's rows depend on how the text was cut into passes.
+    pub fn with_retention(mut self, retention: Retention) -> PagedCache {
+        self.retention = retention;
+        self
+    }
+
+    pub fn retention(&self) -> Retention {
+        self.retention
     }
 
     pub fn block_size(&self) -> usize {
@@ -226,6 +246,9 @@ impl PagedCache {
         let Some(prefix) = self.prefix.as_mut() else {
             return (id, 0);
         };
+        if self.retention != Retention::Full {
+            return (id, 0); // see `with_retention`
+        }
         let seq = self.seqs.get_mut(&id).expect("just added");
         let lookable = prompt.len().saturating_sub(1) / bs;
         let mut parent = None;
@@ -253,7 +276,7 @@ impl PagedCache {
     /// block copies it (copy-on-write), full blocks are never written again.
     pub fn fork(&mut self, id: SeqId) -> Result<SeqId> {
         let seq = self.get(id)?.clone();
-        for &b in &seq.blocks {
+        for &b in seq.blocks.iter().filter(|&&b| b != HOLE) {
             self.pool.retain(b);
         }
         let child = SeqId(self.next_id);
@@ -274,7 +297,7 @@ impl PagedCache {
         let seq = self.seqs.remove(&id).ok_or_else(|| unknown(id))?;
         // Tail first: parked in this order, the tail of a prefix is evicted before its
         // head, which more requests share (vLLM frees in the same order).
-        for &b in seq.blocks.iter().rev() {
+        for &b in seq.blocks.iter().rev().filter(|&&b| b != HOLE) {
             self.release_block(b);
         }
         Ok(())
@@ -339,11 +362,12 @@ impl PagedCache {
 impl PagedCache {
     /// Blocks sequence `id` must take to store `rows` more positions: one per block
     /// boundary crossed, plus a private copy of the block it writes into when that one is
-    /// shared (a fork, a prefix hit) or named in the prefix index. An unknown `id` counts
-    /// as a new, empty sequence.
+    /// shared (a fork, a prefix hit) or named in the prefix index, less the blocks a
+    /// sliding window gives back first. An unknown `id` counts as a new, empty sequence.
     pub fn blocks_to_append(&self, id: SeqId, rows: usize) -> usize {
-        let (new_blocks, copy_tail) = self.append_plan(id, rows);
-        new_blocks + copy_tail.is_some() as usize
+        let (new_blocks, tail) = self.append_plan(id, rows);
+        let freed = self.slide_plan(id, rows).freed;
+        (new_blocks + tail.is_some() as usize).saturating_sub(freed)
     }
 
     /// Whether `rows` more positions of `id` fit in the blocks available now, less
@@ -357,7 +381,9 @@ impl PagedCache {
         blocks_for_positions(positions, self.pool.block_size()) <= self.available()
     }
 
-    /// `(new blocks, index of the tail block to copy)` for `rows` more positions of `id`.
+    /// `(new blocks, index of the tail block to replace)` for `rows` more positions of
+    /// `id`. The tail is replaced by a copy when it is shared or named, and by a fresh
+    /// block when it is a hole (a rollback below a window's slide left it empty).
     fn append_plan(&self, id: SeqId, rows: usize) -> (usize, Option<usize>) {
         let bs = self.pool.block_size();
         let (len, blocks): (usize, &[BlockId]) = match self.seqs.get(&id) {
@@ -369,7 +395,9 @@ impl PagedCache {
         let tail = (rows > 0 && len / bs < blocks.len()).then_some(len / bs);
         let copy_tail = tail.filter(|&i| {
             let b = blocks[i];
-            self.pool.ref_count(b) > 1 || self.prefix.as_ref().is_some_and(|p| p.is_named(b))
+            b == HOLE
+                || self.pool.ref_count(b) > 1
+                || self.prefix.as_ref().is_some_and(|p| p.is_named(b))
         });
         (new_blocks, copy_tail)
     }
@@ -391,17 +419,23 @@ impl PagedCache {
     fn prepare_seq(&mut self, id: SeqId, tokens: &[u32]) -> Result<()> {
         let bs = self.pool.block_size();
         let len = self.get(id)?.len;
-        let (new_blocks, copy_tail) = self.append_plan(id, tokens.len());
-        let needed = new_blocks + copy_tail.is_some() as usize;
-        if needed > self.available() {
+        self.check_pass(id, tokens.len())?;
+        let slide = self.slide_plan(id, tokens.len());
+        let (new_blocks, tail) = self.append_plan(id, tokens.len());
+        let needed = new_blocks + tail.is_some() as usize;
+        if needed > self.available() + slide.freed {
             return Err(self.budget_error(needed));
         }
-        if let Some(i) = copy_tail {
+        // A window slides first: the blocks it leaves are the first ones taken again.
+        self.slide(id, &slide);
+        if let Some(i) = tail {
             let old = self.seqs[&id].blocks[i];
             let new = self.take_block().expect("counted as available");
-            self.bytes_copied += self.pool.copy_rows(old, new, len - i * bs);
-            self.cow_copies += 1;
-            self.release_block(old);
+            if old != HOLE {
+                self.bytes_copied += self.pool.copy_rows(old, new, len - i * bs);
+                self.cow_copies += 1;
+                self.release_block(old);
+            }
             self.seqs.get_mut(&id).expect("checked").blocks[i] = new;
         }
         for _ in 0..new_blocks {
@@ -445,10 +479,17 @@ impl PagedCache {
 
     /// Layer `layer`'s keys and values of `id` for positions `0..end`, through its block
     /// table (what a batched pass reads for each sequence, `src/batch.rs`).
+    /// `end` counts rows held; with a window, row `end - 1` is a later position.
     pub fn read_seq(&self, id: SeqId, layer: usize, end: usize) -> KvView<'_> {
         let bs = self.pool.block_size();
-        let table = &self.seqs[&id].blocks[..end.div_ceil(bs)];
-        self.pool.layer_view(layer, table)
+        let evicted = self.evicted(id);
+        let positions = if end == 0 {
+            0
+        } else {
+            evicted.position(end - 1) + 1
+        };
+        let table = &self.seqs[&id].blocks[..positions.div_ceil(bs)];
+        self.pool.layer_view(layer, table, evicted)
     }
 
     // ANCHOR: paged_advance
@@ -493,17 +534,21 @@ impl PagedCache {
         if len >= seq.len {
             return;
         }
+        let evicted = seq.evicted;
+        let evicted = self.evicted_after_truncate(evicted, len);
+        let seq = self.seqs.get_mut(&id).expect("checked");
+        seq.evicted = evicted;
         seq.len = len;
         seq.tokens.truncate(len);
         seq.pending.clear();
         seq.hashes.truncate(len / bs);
         let dropped: Vec<BlockId> = seq.blocks.drain(len.div_ceil(bs)..).collect();
         let partial_tail = (!len.is_multiple_of(bs)).then(|| seq.blocks[len / bs]);
-        for b in dropped.into_iter().rev() {
+        for b in dropped.into_iter().rev().filter(|&b| b != HOLE) {
             self.release_block(b);
         }
         if let (Some(b), Some(prefix)) = (partial_tail, self.prefix.as_mut()) {
-            if self.pool.ref_count(b) == 1 {
+            if b != HOLE && self.pool.ref_count(b) == 1 {
                 prefix.forget(b);
             }
         }

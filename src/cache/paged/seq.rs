@@ -3,7 +3,7 @@
 //! `PagedCache`'s write-path methods (`prepare_seq`, `write_seq`, ... in `paged/mod.rs`).
 //! Book: paged-attention.md.
 
-use super::{PagedCache, SeqId, Sequence};
+use super::{PagedCache, Retention, SeqId, Sequence};
 use crate::cache::element::KvElement;
 use crate::cache::view::KvView;
 use crate::cache::KvStore;
@@ -40,8 +40,33 @@ impl PagedSeq<PagedCache> {
         n_blocks: usize,
         prefix_caching: bool,
     ) -> Result<PagedSeq<PagedCache>> {
+        PagedSeq::single_keeping(
+            config,
+            element,
+            Retention::Full,
+            block_size,
+            n_blocks,
+            prefix_caching,
+        )
+    }
+
+    /// A pool of blocks of `element` for one sequence of up to `capacity` positions that
+    /// keeps what `retention` says: a window's sequence never holds more than
+    /// [`Retention::max_blocks`], so its pool has no more (`--cache paged --kv window`).
+    pub fn single_keeping(
+        config: &Config,
+        element: KvElement,
+        retention: Retention,
+        block_size: usize,
+        capacity_blocks: usize,
+        prefix_caching: bool,
+    ) -> Result<PagedSeq<PagedCache>> {
+        let n_blocks = retention
+            .max_blocks(block_size)
+            .map_or(capacity_blocks, |most| most.min(capacity_blocks));
         let mut cache =
-            PagedCache::with_element(config, element, block_size, n_blocks, prefix_caching)?;
+            PagedCache::with_element(config, element, block_size, n_blocks, prefix_caching)?
+                .with_retention(retention);
         let id = cache.add_sequence();
         Ok(PagedSeq { cache, id })
     }
@@ -54,6 +79,10 @@ impl<C: BorrowMut<PagedCache>> PagedSeq<C> {
     pub fn cache(&self) -> &PagedCache {
         self.cache.borrow()
     }
+    /// The pool, given back (to free the sequence and check that nothing leaked).
+    pub fn into_cache(self) -> C {
+        self.cache
+    }
     fn seq(&self) -> &Sequence {
         &self.cache.borrow().seqs[&self.id]
     }
@@ -62,6 +91,12 @@ impl<C: BorrowMut<PagedCache>> PagedSeq<C> {
 impl<C: BorrowMut<PagedCache>> KvStore for PagedSeq<C> {
     fn len(&self) -> usize {
         self.seq().len
+    }
+    fn rows_held(&self) -> usize {
+        self.cache().rows_held(self.id)
+    }
+    fn max_pass_tokens(&self) -> usize {
+        self.cache().pass_limit(self.id)
     }
     fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
         self.cache.borrow_mut().prepare_seq(self.id, tokens)
@@ -83,7 +118,7 @@ impl<C: BorrowMut<PagedCache>> KvStore for PagedSeq<C> {
         self.seq().blocks.len() * self.cache().block_bytes
     }
     fn bytes_used(&self) -> usize {
-        self.seq().len * self.cache().token_bytes
+        self.rows_held() * self.cache().token_bytes
     }
     /// Copy-on-write copies in the whole pool.
     fn bytes_copied(&self) -> usize {

@@ -3,7 +3,7 @@
 //! (book: kv-quantization.md).
 
 use crate::cache::quant::side::SideRows;
-use crate::cache::rows::KvHeads;
+use crate::cache::rows::{Evicted, KvHeads};
 
 // ANCHOR: quant_rows
 /// One layer of a quantized cache, for attention: each `head_dim` run is dequantized
@@ -51,12 +51,15 @@ pub struct PagedQuantRows<'a> {
     /// The sequence's block table.
     pub table: &'a [usize],
     pub block_size: usize,
+    /// Positions a sliding window dropped from the table.
+    pub evicted: Evicted,
 }
 
 impl PagedQuantRows<'_> {
     #[inline]
     fn slot(&self, j: usize) -> usize {
-        self.table[j / self.block_size] * self.block_size + j % self.block_size
+        let p = self.evicted.position(j);
+        self.table[p / self.block_size] * self.block_size + p % self.block_size
     }
 }
 

@@ -1,0 +1,195 @@
+//! The retention axis of a paged pool: what a sequence's block table keeps. Every
+//! position, or a sliding window with attention sinks whose slide hands whole blocks
+//! back to the pool (book: eviction.md, "A window in blocks").
+//!
+//! The window keeps what [`crate::cache::WindowCache`] keeps, by the same rule: the
+//! first `sinks` positions forever, and before each forward pass the oldest recent
+//! positions go until the new tokens fit in `window` rows. The ring overwrites the
+//! slots it frees; the pool cannot hand back a slot, only a block, so a block goes
+//! back once every position in it has left the window, and its place in the table
+//! becomes a [`HOLE`]. Attention reads the rows still held in position order through
+//! [`Evicted`], the same rows in the same order as the ring: the two are bitwise twins
+//! (`tests/eviction.rs`), and a sequence holds at most
+//! [`Retention::max_blocks`] blocks however long it runs.
+//!
+//! What this window is not: a per-query window (each token sees the `window` before
+//! itself, as Mistral and Gemma 3 are trained). Eviction happens once per pass, so
+//! what a token sees depends on how its prompt was cut into passes. That is why the
+//! engine, whose scheduler cuts prompts as the load allows, and prefix caching, which
+//! would reuse rows computed under another cut, do not take it.
+
+use super::block_pool::HOLE;
+use super::{PagedCache, SeqId};
+use crate::cache::policy::KvPolicy;
+use crate::cache::rows::Evicted;
+use crate::cache::window::{check_window, check_window_pass, window_pass_limit};
+use crate::error::Result;
+
+// ANCHOR: retention
+/// What every sequence of a pool keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Retention {
+    /// Every position: the block table grows by one block every `block_size` tokens.
+    #[default]
+    Full,
+    /// The first `sinks` positions and the latest, `window` rows in all.
+    Window { window: usize, sinks: usize },
+}
+// ANCHOR_END: retention
+
+impl Retention {
+    /// The retention of `--kv policy`: a window for `--kv window`, every position for
+    /// the others (which say what a position *is*, not which are kept).
+    pub fn of(policy: KvPolicy) -> Result<Retention> {
+        match policy {
+            KvPolicy::Window { window, sinks } => {
+                check_window(window, sinks)?;
+                Ok(Retention::Window { window, sinks })
+            }
+            _ => Ok(Retention::Full),
+        }
+    }
+
+    fn sinks(self) -> usize {
+        match self {
+            Retention::Full => 0,
+            Retention::Window { sinks, .. } => sinks,
+        }
+    }
+
+    /// The most new tokens one pass may bring when `held` rows are held.
+    pub fn pass_limit(self, held: usize) -> usize {
+        match self {
+            Retention::Full => usize::MAX,
+            Retention::Window { window, sinks } => window_pass_limit(window, sinks, held),
+        }
+    }
+
+    /// Rows to evict so that `n` new tokens join `held` rows within the window.
+    fn to_evict(self, held: usize, n: usize) -> usize {
+        match self {
+            Retention::Full => 0,
+            Retention::Window { window, .. } => (held + n).saturating_sub(window),
+        }
+    }
+
+    /// The most blocks one sequence ever holds: the blocks of the sinks, and those a
+    /// run of `window - sinks` recent positions can straddle. `None`: no bound.
+    pub fn max_blocks(self, block_size: usize) -> Option<usize> {
+        let bs = block_size.max(1);
+        match self {
+            Retention::Full => None,
+            Retention::Window { window, sinks } => {
+                Some(sinks.div_ceil(bs) + (window - sinks).div_ceil(bs) + 1)
+            }
+        }
+    }
+}
+
+/// What one pass's slide does to a sequence ([`PagedCache::slide_plan`]).
+#[derive(Debug, Default)]
+pub(super) struct Slide {
+    /// Positions dropped after the slide.
+    evicted: usize,
+    /// Table indices of the blocks the slide lets go.
+    gone: Vec<usize>,
+    /// Of those, the blocks that become available.
+    pub(super) freed: usize,
+}
+
+/// The window's slide, on the pool's sequences.
+impl PagedCache {
+    /// The positions sequence `id` dropped, as attention's row map.
+    pub(super) fn evicted(&self, id: SeqId) -> Evicted {
+        Evicted {
+            sinks: self.retention.sinks(),
+            count: self.seqs.get(&id).map_or(0, |s| s.evicted),
+        }
+    }
+
+    /// Rows held by `id`: its positions less those the window dropped.
+    pub fn rows_held(&self, id: SeqId) -> usize {
+        self.seqs.get(&id).map_or(0, |s| s.len - s.evicted)
+    }
+
+    /// The positions `id` holds, in the order attention reads them.
+    pub fn positions_held(&self, id: SeqId) -> Vec<usize> {
+        let evicted = self.evicted(id);
+        (0..self.rows_held(id))
+            .map(|r| evicted.position(r))
+            .collect()
+    }
+
+    /// The most new tokens the next pass of `id` may bring.
+    pub fn pass_limit(&self, id: SeqId) -> usize {
+        self.retention.pass_limit(self.rows_held(id))
+    }
+
+    // ANCHOR: slide_plan
+    /// What making room for `n` new tokens of `id` drops: the new count of dropped
+    /// positions, the table indices of the blocks wholly inside them, and how many of
+    /// those become available (a block another table holds stays where it is). An
+    /// unknown `id` drops nothing.
+    pub(super) fn slide_plan(&self, id: SeqId, n: usize) -> Slide {
+        let Some(seq) = self.seqs.get(&id) else {
+            return Slide::default();
+        };
+        let evict = self.retention.to_evict(seq.len - seq.evicted, n);
+        let (bs, sinks) = (self.pool.block_size(), self.retention.sinks());
+        let evicted = seq.evicted + evict;
+        // Dropped positions: sinks..sinks + evicted. A block goes when all of it is in there.
+        let first = sinks.div_ceil(bs);
+        let end = ((sinks + evicted) / bs).min(seq.blocks.len());
+        let gone: Vec<usize> = if evict == 0 {
+            Vec::new()
+        } else {
+            (first..end).filter(|&i| seq.blocks[i] != HOLE).collect()
+        };
+        let freed = gone
+            .iter()
+            .filter(|&&i| self.pool.ref_count(seq.blocks[i]) == 1)
+            .count();
+        Slide {
+            evicted,
+            gone,
+            freed,
+        }
+    }
+    // ANCHOR_END: slide_plan
+
+    /// Drops what the plan drops: the count grows, and each block wholly inside goes
+    /// back to the pool, leaving a hole in the table.
+    pub(super) fn slide(&mut self, id: SeqId, plan: &Slide) {
+        let seq = self.seqs.get_mut(&id).expect("planned on it");
+        seq.evicted = plan.evicted;
+        let blocks: Vec<_> = plan
+            .gone
+            .iter()
+            .map(|&i| std::mem::replace(&mut seq.blocks[i], HOLE))
+            .collect();
+        for b in blocks {
+            self.release_block(b);
+        }
+    }
+
+    /// Refuses a pass of `n` tokens that the window cannot hold beside its sinks.
+    pub(super) fn check_pass(&self, id: SeqId, n: usize) -> Result<()> {
+        match self.retention {
+            Retention::Full => Ok(()),
+            Retention::Window { window, sinks } => {
+                check_window_pass(window, sinks, self.rows_held(id), n)
+            }
+        }
+    }
+
+    /// After `truncate` to `len`: positions a window dropped cannot come back, so a cut
+    /// below them keeps only the sinks before `len` (as [`crate::cache::WindowCache`]).
+    pub(super) fn evicted_after_truncate(&self, evicted: usize, len: usize) -> usize {
+        let sinks = self.retention.sinks();
+        if len >= sinks + evicted {
+            evicted
+        } else {
+            len.saturating_sub(sinks)
+        }
+    }
+}
