@@ -174,6 +174,10 @@ measure batching.json -- bench-batch --model "$MODEL" --concurrency "$BATCH_CONC
 # The engine on bf16 weights in panels against f32 rows, level by level in one run
 # (book: scheduling.md, "Lighter weights in the engine"; data only, no figure).
 measure batching_weights.json -- bench-batch --model "$MODEL" --concurrency 8,16 --max-tokens "$BATCH_NEW" --dtype bf16 --against f32:rows --json
+# Prompt-lookup speculation in the engine: 4 greedy requests copying a passage their
+# prompt gives twice, without and with drafts (book: speculative.md, "In the engine";
+# data only, no figure).
+measure batching_spec.json -- bench-batch --model "$MODEL" --concurrency 4 --prompt-len 128 --max-tokens 64 --speculative ngram --draft-len 4 --json
 # Prefill/decode disaggregation over loopback TCP vs one colocated engine, same seeded
 # workload (book: serving.md; data only, no figure). ONLY=disagg runs only this.
 measure disagg.json -- bench-disagg --model "$MODEL" --requests "$DISAGG_REQUESTS" --rate "$DISAGG_RATE" --seed 0 --json

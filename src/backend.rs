@@ -15,7 +15,7 @@ use crate::generate::{
 };
 use crate::model::Model;
 use crate::simd::{Q8Block, WeightElem, PANEL};
-use crate::weights::panels_if;
+use crate::weights::CpuWeights;
 use half::bf16;
 
 /// Where the cached path keeps K and V: a layout, and the block size of the paged ones.
@@ -127,19 +127,12 @@ impl<'a> Backend<'a> {
     /// and bf16, in `layout`. Panels are a copy of the weights in the order decode reads
     /// them; a model whose output dimensions are not multiples of 32 keeps its rows.
     pub fn cpu(model: &'a Model, dtype: WeightDtype, layout: WeightLayout) -> Result<Backend<'a>> {
-        Ok(match dtype {
-            WeightDtype::F32 => match panels_if(model, layout, false)? {
-                Some(panels) => Backend::CpuPanels(Box::new(panels)),
-                None => Backend::Cpu(model),
-            },
-            WeightDtype::Bf16 => {
-                let half = model.to_bf16();
-                match panels_if(&half, layout, false)? {
-                    Some(panels) => Backend::CpuBf16Panels(Box::new(panels)),
-                    None => Backend::CpuBf16(Box::new(half)),
-                }
-            }
-            WeightDtype::Int8 => Backend::CpuInt8(Box::new(model.to_int8()?)),
+        Ok(match CpuWeights::convert(model, dtype, layout, false)? {
+            CpuWeights::F32Rows(model) => Backend::Cpu(model),
+            CpuWeights::F32Panels(panels) => Backend::CpuPanels(Box::new(panels)),
+            CpuWeights::Bf16Rows(half) => Backend::CpuBf16(Box::new(half)),
+            CpuWeights::Bf16Panels(panels) => Backend::CpuBf16Panels(Box::new(panels)),
+            CpuWeights::Int8(blocks) => Backend::CpuInt8(Box::new(blocks)),
         })
     }
 

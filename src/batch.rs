@@ -22,7 +22,7 @@ use crate::device::{WeightDtype, WeightLayout};
 use crate::error::{Error, Result};
 use crate::model::{s, Model};
 use crate::simd::WeightElem;
-use crate::weights::panels_if;
+use crate::weights::CpuWeights;
 use std::sync::Arc;
 
 impl<E: WeightElem> Model<E> {
@@ -37,34 +37,59 @@ impl<E: WeightElem> Model<E> {
         kv: &mut dyn BatchKv,
         want_logits: &[bool],
     ) -> Result<Vec<Option<Vec<f32>>>> {
-        if want_logits.len() != batch.len() {
+        let tails: Vec<usize> = want_logits.iter().map(|&want| usize::from(want)).collect();
+        let logits = self.forward_batch_tails(batch, kv, &tails)?;
+        Ok((logits.into_iter().zip(want_logits))
+            .map(|(rows, &want)| want.then_some(rows))
+            .collect())
+    }
+
+    /// [`Model::forward_batch`], with the logits of the last `tails[i]` rows of
+    /// sequence `i`, `[tails[i], vocab]` row-major (empty for 0): a speculative
+    /// verification needs one row of logits per draft, a decode only its last.
+    pub fn forward_batch_tails(
+        &self,
+        batch: &[&[u32]],
+        kv: &mut dyn BatchKv,
+        tails: &[usize],
+    ) -> Result<Vec<Vec<f32>>> {
+        if tails.len() != batch.len() {
             return Err(Error::Internal(format!(
-                "{} logits flags for a batch of {}",
-                want_logits.len(),
+                "{} logit row counts for a batch of {}",
+                tails.len(),
                 batch.len()
+            )));
+        }
+        // (An empty sequence is the pass's own error, `EmptyPrompt`.)
+        if let Some((t, n)) = (batch.iter().zip(tails)).find(|(t, &n)| !t.is_empty() && n > t.len())
+        {
+            return Err(Error::Internal(format!(
+                "the logits of {n} rows asked of a sequence of {} rows",
+                t.len()
             )));
         }
         let hidden = self.forward_layers(batch, kv, self.layers.len())?; // [rows, dim]
         let dim = self.config.hidden_size;
-        // The last row of each sequence that wants logits, stacked: [m, dim].
-        let mut last_rows = Vec::new();
+        // The wanted rows of each sequence, stacked: [sum(tails), dim].
+        let mut wanted = Vec::new();
         let mut row = 0;
-        for (tokens, &want) in batch.iter().zip(want_logits) {
+        for (tokens, &n) in batch.iter().zip(tails) {
             row += tokens.len();
-            if want {
-                last_rows.extend_from_slice(&s(&hidden)[(row - 1) * dim..row * dim]);
-            }
+            wanted.extend_from_slice(&s(&hidden)[(row - n) * dim..row * dim]);
         }
         let vocab = E::dims(&self.lm_head).1;
-        let logits = if last_rows.is_empty() {
+        let logits = if wanted.is_empty() {
             Vec::new()
         } else {
-            self.logits_rows(&last_rows) // [m, vocab]
+            self.logits_rows(&wanted) // [sum(tails), vocab]
         };
-        let mut rows = logits.chunks_exact(vocab);
-        Ok(want_logits
+        let mut at = 0;
+        Ok(tails
             .iter()
-            .map(|&want| want.then(|| rows.next().expect("one row per flag").to_vec()))
+            .map(|&n| {
+                at += n * vocab;
+                logits[at - n * vocab..at].to_vec()
+            })
             .collect())
     }
     // ANCHOR_END: forward_batch
@@ -85,6 +110,13 @@ pub trait BatchModel: Send + Sync {
         kv: &mut dyn BatchKv,
         want_logits: &[bool],
     ) -> Result<Vec<Option<Vec<f32>>>>;
+    /// [`Model::forward_batch_tails`].
+    fn forward_batch_tails(
+        &self,
+        batch: &[&[u32]],
+        kv: &mut dyn BatchKv,
+        tails: &[usize],
+    ) -> Result<Vec<Vec<f32>>>;
     /// The weights' format and layout, for reports ("bf16 in panels").
     fn weights(&self) -> String;
     /// Bytes one pass streams from memory (the weights: `lab::roof::streamed_weight_bytes`).
@@ -102,6 +134,14 @@ impl<E: WeightElem> BatchModel for Model<E> {
         want_logits: &[bool],
     ) -> Result<Vec<Option<Vec<f32>>>> {
         Model::forward_batch(self, batch, kv, want_logits)
+    }
+    fn forward_batch_tails(
+        &self,
+        batch: &[&[u32]],
+        kv: &mut dyn BatchKv,
+        tails: &[usize],
+    ) -> Result<Vec<Vec<f32>>> {
+        Model::forward_batch_tails(self, batch, kv, tails)
     }
     fn weights(&self) -> String {
         match E::BLOCK_ROWS {
@@ -122,19 +162,12 @@ pub fn batch_model(
     dtype: WeightDtype,
     layout: WeightLayout,
 ) -> Result<Arc<dyn BatchModel>> {
-    Ok(match dtype {
-        WeightDtype::F32 => match panels_if(&model, layout, false)? {
-            Some(panels) => Arc::new(panels),
-            None => model,
-        },
-        WeightDtype::Bf16 => {
-            let half = model.to_bf16();
-            match panels_if(&half, layout, false)? {
-                Some(panels) => Arc::new(panels),
-                None => Arc::new(half),
-            }
-        }
-        WeightDtype::Int8 => Arc::new(model.to_int8()?),
+    Ok(match CpuWeights::convert(&model, dtype, layout, false)? {
+        CpuWeights::F32Rows(_) => model.clone(),
+        CpuWeights::F32Panels(panels) => Arc::new(panels),
+        CpuWeights::Bf16Rows(half) => Arc::new(half),
+        CpuWeights::Bf16Panels(panels) => Arc::new(panels),
+        CpuWeights::Int8(blocks) => Arc::new(blocks),
     })
 }
 // ANCHOR_END: batch_model

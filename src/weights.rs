@@ -10,7 +10,7 @@
 //! model, so within a bf16 model the naive and cached paths still agree bit for
 //! bit; against the f32 model the logits move by the rounding of the weights.
 
-use crate::device::WeightLayout;
+use crate::device::{WeightDtype, WeightLayout};
 use crate::error::{Error, Result};
 use crate::model::{Layer, Model};
 use crate::simd::q8::{self, Q8Block};
@@ -129,10 +129,71 @@ impl<S: Scalar> Model<S> {
     }
 }
 
+// ANCHOR: cpu_weights
+/// A model's weights in the format one CPU run asked for (`--dtype`, `--layout`),
+/// converted once. Every CPU path takes its weights from here (`Backend::cpu` for
+/// `generate`, `batch_model` for the engine, `kvlab chat`, `kvlab bench`), so a request
+/// served, chatted, generated or timed runs on the same bits.
+pub enum CpuWeights<'a> {
+    /// f32 rows: the loaded model itself, no copy.
+    F32Rows(&'a Model),
+    F32Panels(Model<[f32; PANEL]>),
+    Bf16Rows(Model<bf16>),
+    Bf16Panels(Model<[bf16; PANEL]>),
+    /// Q8_0 blocks, their own layout whatever `--layout` says.
+    Int8(Model<Q8Block>),
+}
+
+impl<'a> CpuWeights<'a> {
+    /// `model` in `dtype` and (f32, bf16) `layout`. int8 fails on a model whose
+    /// matrices do not split into whole blocks; panels fall back to rows for a model whose
+    /// output dimensions are not multiples of 32, unless `strict` (see [`panels_if`]).
+    pub fn convert(
+        model: &'a Model,
+        dtype: WeightDtype,
+        layout: WeightLayout,
+        strict: bool,
+    ) -> Result<CpuWeights<'a>> {
+        Ok(match dtype {
+            WeightDtype::F32 => match panels_if(model, layout, strict)? {
+                Some(panels) => CpuWeights::F32Panels(panels),
+                None => CpuWeights::F32Rows(model),
+            },
+            WeightDtype::Bf16 => {
+                let half = model.to_bf16();
+                match panels_if(&half, layout, strict)? {
+                    Some(panels) => CpuWeights::Bf16Panels(panels),
+                    None => CpuWeights::Bf16Rows(half),
+                }
+            }
+            WeightDtype::Int8 => CpuWeights::Int8(model.to_int8()?),
+        })
+    }
+
+    /// `job` run on these weights, whatever their element type: Rust has no generic
+    /// closures, so a job generic over the element is a type implementing [`OnWeights`].
+    pub fn run<J: OnWeights>(&self, job: J) -> J::Out {
+        match self {
+            CpuWeights::F32Rows(model) => job.run(*model),
+            CpuWeights::F32Panels(model) => job.run(model),
+            CpuWeights::Bf16Rows(model) => job.run(model),
+            CpuWeights::Bf16Panels(model) => job.run(model),
+            CpuWeights::Int8(model) => job.run(model),
+        }
+    }
+}
+
+/// Work on a model of any weight element (see [`CpuWeights::run`]).
+pub trait OnWeights {
+    type Out;
+    fn run<E: WeightElem>(self, model: &Model<E>) -> Self::Out;
+}
+// ANCHOR_END: cpu_weights
+
 /// The panel form of `model` when `layout` asks for panels, `None` for rows: where every
-/// CPU run (`Backend::cpu`, `kvlab bench`, `kvlab chat`) picks its layout. A model without
-/// a panel form keeps its rows, unless `strict` (the user named `--layout panels`), which
-/// refuses it with [`Model::to_panels`]'s one-line error.
+/// CPU run picks its layout ([`CpuWeights::convert`]). A model without a panel form keeps
+/// its rows, unless `strict` (the user named `--layout panels`), which refuses it with
+/// [`Model::to_panels`]'s one-line error.
 pub fn panels_if<S: Scalar>(
     model: &Model<S>,
     layout: WeightLayout,

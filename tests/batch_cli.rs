@@ -22,6 +22,83 @@ fn bench_batch_refuses_bad_input_in_one_line() {
     fails_with_code(&with(&["--against", "f16"]), "not a weight format", 2);
     fails_with_code(&with(&["--against", "bf16:tiles"]), "not a layout", 2);
     fails_with(&with(&["--dtype", "int8", "--layout", "rows"]), "--layout");
+    fails_with(
+        &with(&["--speculative", "early-exit:3"]),
+        "the engine drafts by prompt lookup only",
+    );
+    fails_with(
+        &with(&["--speculative", "ngram", "--draft-len", "0"]),
+        "--draft-len",
+    );
+    fails_with(&with(&["--speculative", "ngram:0"]), "whole number >= 1");
+    fails_with(
+        &with(&["--speculative", "ngram", "--spec-concurrency", "0"]),
+        "--spec-concurrency",
+    );
+}
+
+/// `--speculative ngram`: the copy load runs without and with drafts, with the same
+/// tokens, and the counters add up.
+#[test]
+fn bench_batch_speculation_reports_both_engines() {
+    let r = json(&[
+        "bench-batch",
+        "--random-weights",
+        "--concurrency",
+        "1",
+        "--prompt-len",
+        "12",
+        "--max-tokens",
+        "6",
+        "--running",
+        "1",
+        "--long-prompt",
+        "4",
+        "--stall-budget",
+        "4",
+        "--speculative",
+        "ngram:2",
+        "--draft-len",
+        "3",
+        "--spec-concurrency",
+        "2",
+        "--json",
+    ]);
+    let sp = &r["speculation"];
+    assert_eq!(sp["tokens_identical"], true, "{sp}");
+    assert_eq!(sp["concurrency"], 2, "{sp}");
+    assert_eq!(
+        (sp["ngram"].as_u64(), sp["draft_len"].as_u64()),
+        (Some(2), Some(3))
+    );
+    let (drafted, accepted) = (
+        sp["drafted_tokens"].as_u64().unwrap(),
+        sp["accepted_tokens"].as_u64().unwrap(),
+    );
+    assert!(drafted > 0 && accepted <= drafted, "{sp}");
+    assert!(
+        sp["speculative_iterations"].as_u64() <= sp["plain_iterations"].as_u64(),
+        "{sp}"
+    );
+    // Without --speculative there is no such section.
+    assert!(json(&[
+        "bench-batch",
+        "--random-weights",
+        "--concurrency",
+        "1",
+        "--prompt-len",
+        "2",
+        "--max-tokens",
+        "1",
+        "--running",
+        "1",
+        "--long-prompt",
+        "2",
+        "--stall-budget",
+        "2",
+        "--json"
+    ])["speculation"]
+        .is_null());
 }
 
 /// `--dtype bf16 --against f32:rows`: the engine runs both formats at each level, and

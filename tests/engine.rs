@@ -16,7 +16,7 @@ use kvlab::cache::{new_policy_store, KvElement, KvPolicy};
 use kvlab::device::{WeightDtype, WeightLayout};
 use kvlab::engine::{
     Engine, EngineConfig, EngineHandle, Event, FinishReason, Policy, Request, SamplingParams,
-    StepReport, SubmitError,
+    Speculation, StepReport, SubmitError,
 };
 use kvlab::generate::generate_with;
 use kvlab::generate::{GenerateOptions, PathKind};
@@ -164,6 +164,7 @@ fn engine_config(
         max_waiting: 1000,
         prefix_caching: true,
         capture_logits: true,
+        speculation: None,
     }
 }
 
@@ -187,9 +188,12 @@ proptest! {
             1..8,
         ),
         element in 0usize..3,
+        draft_len in 0usize..4,
     ) {
         // head_dim is a multiple of 4 here: an int4 group of 4 channels tiles every head.
         let kv = [KvPolicy::Full, KvPolicy::Int8, KvPolicy::Int4PerToken { group: 4 }][element];
+        // Speculation (greedy requests): drafts must not change a token or a bit.
+        let speculation = (draft_len > 0).then(|| Speculation::new(2, draft_len).unwrap());
         let model = Arc::new(Model::random(config, seed).unwrap());
         let vocab = model.config.vocab_size as u64;
         let shared: Vec<u32> = (0..16).map(|i| (i * 5 % vocab) as u32).collect();
@@ -218,7 +222,10 @@ proptest! {
             .map(|(_, r)| (r.prompt.len() + r.max_tokens - 1).div_ceil(bs))
             .max()
             .unwrap();
-        let config = engine_config(&model, policy, budget, need + extra_blocks, bs, kv);
+        let config = EngineConfig {
+            speculation,
+            ..engine_config(&model, policy, budget, need + extra_blocks, bs, kv)
+        };
         let mut engine = Engine::new(model.clone(), config).unwrap();
         let expected: Vec<(Vec<u32>, Vec<Vec<f32>>)> =
             arrivals.iter().map(|(_, r)| solo_with(&model, r, kv)).collect();
@@ -354,6 +361,72 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
 
 fn tiny_model() -> Arc<Model> {
     Arc::new(Model::random(tiny_config(2, 4, 2, 8, 64), 11).unwrap())
+}
+
+/// Speculation that drafts, sometimes right: a random model's greedy text falls into
+/// loops, which prompt lookup predicts, and out of them, which it does not. Six
+/// requests, drafts of 4, a small pool: the same tokens and logits as alone, many drafts
+/// accepted and many rejected, fewer iterations than without drafts, and every block
+/// back in the pool (rolled-back drafts included).
+#[test]
+fn speculation_in_the_engine_keeps_every_token_and_saves_iterations() {
+    // Untied: a tied random model's greedy text repeats its last token forever, which
+    // every draft predicts (nothing would be rejected).
+    let config = Config {
+        tie_word_embeddings: false,
+        ..tiny_config(2, 4, 2, 16, 64)
+    };
+    let model = Arc::new(Model::random(config, 5).unwrap());
+    let requests: Vec<Request> = (0..6u32)
+        .map(|i| greedy((0..16 + i).map(|j| (7 * i + 13 * j * j) % 61).collect(), 40))
+        .collect();
+    let need: usize = requests.iter().map(|r| r.prompt.len() + 39).sum::<usize>();
+    let run_with = |speculation| {
+        let config = EngineConfig {
+            speculation,
+            ..engine_config(
+                &model,
+                Policy::ContinuousChunked,
+                64,
+                need.div_ceil(4),
+                4,
+                KvPolicy::Full,
+            )
+        };
+        let mut engine = Engine::new(model.clone(), config).unwrap();
+        let (outcomes, reports) = run(
+            &mut engine,
+            requests.iter().map(|r| (0, r.clone())).collect(),
+        );
+        assert_eq!(engine.cache().stats().used, 0, "blocks leaked");
+        (outcomes, reports.len(), engine.metrics())
+    };
+    let (plain, plain_steps, _) = run_with(None);
+    let (spec, spec_steps, metrics) = run_with(Some(Speculation::new(3, 4).unwrap()));
+    for (id, request) in requests.iter().enumerate() {
+        let (tokens, logits) = solo(&model, request);
+        let id = id as u64;
+        assert_eq!(plain[&id].tokens, tokens, "request {id} without drafts");
+        assert_eq!(spec[&id].tokens, tokens, "request {id} with drafts");
+        assert_eq!(
+            bits(&spec[&id].logits),
+            bits(&logits),
+            "request {id} logits"
+        );
+    }
+    // Both ways exercised: a wrong acceptance, or a rollback that forgets a rejected
+    // draft's row, changes a token or a logit above.
+    let rejected = metrics.drafted_tokens - metrics.accepted_tokens;
+    assert!(
+        metrics.accepted_tokens >= 20 && rejected >= 20,
+        "{} of {} drafts accepted: too few of one kind for the check to mean anything",
+        metrics.accepted_tokens,
+        metrics.drafted_tokens
+    );
+    assert!(
+        spec_steps < plain_steps,
+        "{spec_steps} iterations with drafts, {plain_steps} without"
+    );
 }
 
 /// A 100-token prompt arriving among running decodes, budget 16: every iteration runs

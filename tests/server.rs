@@ -14,7 +14,7 @@ use common::{cli, real_model_present, MODEL_DIR};
 use kvlab::batch::{batch_model, BatchModel};
 use kvlab::cache::KvPolicy;
 use kvlab::device::{WeightDtype, WeightLayout};
-use kvlab::engine::{EngineConfig, Policy};
+use kvlab::engine::{EngineConfig, Policy, Speculation};
 use kvlab::server::loadtest::SseReader;
 use kvlab::server::metrics::read_value;
 use kvlab::server::{App, ServerConfig};
@@ -584,22 +584,43 @@ async fn eight_streams_on_any_weights_and_pool_equal_each_alone_and_generate() {
     if !real_model_present() {
         return;
     }
+    let ngram = Some(Speculation::new(3, 4).unwrap());
     let combinations = [
-        (WeightDtype::Bf16, WeightLayout::Panels, KvPolicy::Int8),
-        (WeightDtype::Int8, WeightLayout::Panels, KvPolicy::Full),
+        (
+            WeightDtype::Bf16,
+            WeightLayout::Panels,
+            KvPolicy::Int8,
+            None,
+        ),
+        (
+            WeightDtype::Int8,
+            WeightLayout::Panels,
+            KvPolicy::Full,
+            None,
+        ),
         (
             WeightDtype::F32,
             WeightLayout::Panels,
             KvPolicy::Int4PerToken { group: 32 },
+            None,
+        ),
+        // bf16 weights, an int8 pool and prompt-lookup speculation, all at once.
+        (
+            WeightDtype::Bf16,
+            WeightLayout::Panels,
+            KvPolicy::Int8,
+            ngram,
         ),
     ];
+    // Prompts that invite copying, so that the drafts are often right.
     let prompts: Vec<String> = (0..8)
-        .map(|i| format!("Fact {i}: the largest animal on land is"))
+        .map(|i| format!("Fact {i}: the largest animal on land is the elephant. Fact {i}: the largest animal on land is"))
         .collect();
-    for (dtype, layout, kv) in combinations {
+    for (dtype, layout, kv, speculation) in combinations {
         let weights = batch_model(model(), dtype, layout).unwrap();
         let engine = EngineConfig {
             kv,
+            speculation,
             ..EngineConfig::default()
         };
         let server = Arc::new(Server::start_on(weights, engine).await);
@@ -644,11 +665,29 @@ async fn eight_streams_on_any_weights_and_pool_equal_each_alone_and_generate() {
             together.push(s.await.unwrap());
         }
         let combination = format!(
-            "--dtype {} --layout {} --kv {}",
+            "--dtype {} --layout {} --kv {} --speculative {speculation:?}",
             dtype.name(),
             layout.name(),
             kv.name()
         );
+        if speculation.is_some() {
+            // The drafts ran, and some were right: /metrics counts them.
+            let metrics = (server
+                .client
+                .get(server.url("/metrics"))
+                .send()
+                .await
+                .unwrap())
+            .text()
+            .await
+            .unwrap();
+            let count = |name: &str| -> f64 {
+                let line = metrics.lines().find(|l| l.starts_with(name)).unwrap();
+                line.split(' ').nth(1).unwrap().parse().unwrap()
+            };
+            let accepted = count("kvlab_spec_accepted_tokens_total");
+            assert!(accepted >= 8.0, "{combination}: {accepted} drafts accepted");
+        }
         for (p, text) in prompts.iter().zip(&together) {
             let (alone, _, _) = server.stream("/v1/completions", body(p)).await;
             assert_eq!(text, &alone, "{combination}: {p:?} among 8 vs alone");

@@ -6,7 +6,10 @@
 //! into what is left, run **one** batched forward pass over all picked rows
 //! (`Model::forward_batch`), sample a token for each sequence whose rows reached its
 //! end, and retire the finished ones. Requests join and leave at every iteration
-//! (Orca's iteration-level scheduling, Yu et al. 2022).
+//! (Orca's iteration-level scheduling, Yu et al. 2022). With speculation
+//! ([`super::Speculation`]) a greedy request that decodes also runs its prompt-lookup
+//! drafts as rows of the same pass, keeps those its own choices agree with, and gives
+//! back the blocks of the rest.
 //!
 //! The thread, the channels and the streams are in `handle.rs`; this file is what the
 //! tests and the offline benchmarks drive directly.
@@ -20,7 +23,7 @@ use super::sequence::Sequence;
 use super::transfer::KvTransfer;
 use crate::batch::BatchModel;
 use crate::cache::source::PagedBatch;
-use crate::cache::{KvElement, PagedCache, SeqId};
+use crate::cache::{KvElement, KvStore, PagedCache, SeqId};
 use crate::error::{Error, Result};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -300,14 +303,18 @@ impl Engine {
             .collect();
         let mut batch: Vec<Scheduled> = Vec::new();
         let mut reserved = 0; // blocks the picked rows will take
-        for mut s in pick_batch(&candidates, &budget) {
+        let picked = pick_batch(&candidates, &budget);
+        // Rows of the budget the picked rows leave, for drafts.
+        let mut spare = budget.max_tokens.saturating_sub(total_rows(&picked));
+        for mut s in picked {
             // Oldest first: when the pool is short, the youngest running request
             // gives its blocks back, until this one fits (or it is the youngest).
             while self.running.contains(&s.id) {
                 let free = self.cache.available().saturating_sub(reserved);
                 if let Some(rows) = self.rows_that_fit(s.id, s.rows, free, budget.chunked) {
-                    s.rows = rows;
-                    reserved += self.blocks_needed(s.id, rows);
+                    s.rows = rows + self.draft(s.id, rows, spare, free);
+                    spare -= s.rows - rows;
+                    reserved += self.blocks_needed(s.id, s.rows);
                     batch.push(s);
                     break;
                 }
@@ -368,6 +375,34 @@ impl Engine {
         (1..rows).rev().find(|&r| self.blocks_needed(id, r) <= free)
     }
 
+    // ANCHOR: draft
+    /// Speculation: drafts for request `id`, a greedy request about to decode (`rows`
+    /// is 1), as many as the budget's `spare` rows, the `free` blocks and its
+    /// `max_tokens` allow; kept in its `drafts`, returned as a count of extra rows.
+    fn draft(&mut self, id: u64, rows: usize, spare: usize, free: usize) -> usize {
+        let Some(spec) = self.config.speculation else {
+            return 0;
+        };
+        let seq = &self.seqs[&id];
+        let decoding = rows == 1 && seq.rows_left() == 1;
+        if !decoding || seq.request.sampling.temperature != 0.0 {
+            return 0; // drafts are checked against greedy choices only
+        }
+        // The pending token and its drafts make at most max_tokens - generated tokens.
+        let room = (spec.draft_len)
+            .min(spare)
+            .min(seq.request.max_tokens - seq.generated - 1);
+        let mut drafts = crate::speculative::ngram::lookup(&seq.tokens, spec.ngram, room);
+        while !drafts.is_empty() && self.blocks_needed(id, 1 + drafts.len()) > free {
+            drafts.pop();
+        }
+        let n = drafts.len();
+        self.metrics.drafted_tokens += n as u64;
+        self.seqs.get_mut(&id).expect("running").drafts = drafts;
+        n
+    }
+    // ANCHOR_END: draft
+
     fn blocks_needed(&self, id: u64, rows: usize) -> usize {
         let seq_id = self.seqs[&id].seq_id.expect("running");
         self.cache.blocks_to_append(seq_id, rows)
@@ -413,16 +448,18 @@ impl Engine {
     /// One forward pass over the picked rows, then a token for every sequence whose
     /// rows reached the end of its tokens.
     fn run_batch(&mut self, batch: &[Scheduled], report: &mut StepReport) -> Result<()> {
-        let mut token_lists: Vec<&[u32]> = Vec::new();
+        let mut inputs: Vec<Vec<u32>> = Vec::new();
         let mut seq_ids: Vec<SeqId> = Vec::new();
-        let mut want_logits = Vec::new();
+        let mut tails = Vec::new();
         for s in batch {
             let seq = &self.seqs[&s.id];
-            let rows = seq.n_computed..seq.n_computed + s.rows;
+            let drafts = seq.drafts.len();
+            let rows = seq.n_computed..seq.n_computed + s.rows - drafts;
             let sampled = rows.end == seq.tokens.len();
-            token_lists.push(&seq.tokens[rows]);
+            // A decode row, then its drafts: each draft's row checks the next guess.
+            inputs.push([&seq.tokens[rows], &seq.drafts[..]].concat());
             seq_ids.push(seq.seq_id.expect("running"));
-            want_logits.push(sampled);
+            tails.push(if sampled { 1 + drafts } else { 0 });
             report.rows.push(RowsRun {
                 id: s.id,
                 start_pos: seq.n_computed,
@@ -430,13 +467,14 @@ impl Engine {
                 sampled,
             });
         }
+        let token_lists: Vec<&[u32]> = inputs.iter().map(Vec::as_slice).collect();
         let mut paged = PagedBatch {
             cache: &mut self.cache,
             seqs: seq_ids,
         };
         let outcome = self
             .model
-            .forward_batch(&token_lists, &mut paged, &want_logits);
+            .forward_batch_tails(&token_lists, &mut paged, &tails);
         let logits = match outcome {
             Ok(logits) => logits,
             Err(e) => {
@@ -454,19 +492,54 @@ impl Engine {
         };
         for (s, logits) in batch.iter().zip(logits) {
             self.seqs.get_mut(&s.id).expect("running").n_computed += s.rows;
-            if let Some(logits) = logits {
-                self.sample(s.id, &logits, report)?;
-                if self.config.capture_logits {
-                    report.logits.push((s.id, logits));
-                }
+            if !logits.is_empty() {
+                self.accept(s.id, &logits, report)?;
             }
         }
         Ok(())
     }
+
+    // ANCHOR: accept
+    /// Request `id`'s tokens from its rows' logits (`[1 + drafts, vocab]`): row `i`'s
+    /// choice is the token after draft `i - 1`. While a choice equals the draft the row
+    /// after it was fed, the next row is valid too; the first that differs is the
+    /// correction, and the positions of the drafts after it go back to the pool. Without
+    /// drafts this is one sampled token. Greedy choices are the choices of a plain
+    /// decode bit for bit (row-independent kernels), so the tokens are the same.
+    fn accept(&mut self, id: u64, logits: &[f32], report: &mut StepReport) -> Result<()> {
+        let drafts = std::mem::take(&mut self.seqs.get_mut(&id).expect("running").drafts);
+        let vocab = logits.len() / (1 + drafts.len());
+        for (i, row) in logits.chunks_exact(vocab).enumerate() {
+            if self.config.capture_logits {
+                report.logits.push((id, row.to_vec()));
+            }
+            let Some(token) = self.sample(id, row, report)? else {
+                return Ok(()); // finished (or failed): its blocks are already free
+            };
+            if i < drafts.len() && token == drafts[i] {
+                continue;
+            }
+            // Rows past `i` were fed rejected drafts: keep the pending token and drafts[..i].
+            let rejected = drafts.len() - i;
+            self.metrics.accepted_tokens += i as u64;
+            let seq = self.seqs.get_mut(&id).expect("running");
+            seq.n_computed -= rejected;
+            if rejected > 0 {
+                let seq_id = seq.seq_id.expect("running");
+                let keep = seq.n_computed;
+                self.cache.seq(seq_id)?.truncate(keep);
+            }
+            return Ok(());
+        }
+        Ok(())
+    }
+    // ANCHOR_END: accept
+
     // ANCHOR_END: run_batch
 
-    /// Samples request `id`'s next token from `logits`; emits it, or finishes the request.
-    fn sample(&mut self, id: u64, logits: &[f32], report: &mut StepReport) -> Result<()> {
+    /// Samples request `id`'s next token from `logits`; emits it, or finishes the
+    /// request. The token, while the request runs on; `None` once it has left.
+    fn sample(&mut self, id: u64, logits: &[f32], report: &mut StepReport) -> Result<Option<u32>> {
         let seq = self.seqs.get_mut(&id).expect("running");
         let token = match seq.sampler.sample(logits) {
             Ok(token) => token,
@@ -474,7 +547,7 @@ impl Engine {
                 self.remove(id)?;
                 let message = e.to_string();
                 report.events.push((id, Event::Failed { message }));
-                return Ok(());
+                return Ok(None);
             }
         };
         let now = Instant::now();
@@ -508,7 +581,7 @@ impl Engine {
                 )?;
                 self.remove(id)?;
                 report.transfers.push((id, transfer));
-                return Ok(());
+                return Ok(None);
             } else {
                 None
             }
@@ -524,8 +597,9 @@ impl Engine {
                 cached_prompt_tokens: seq.cached_prompt_tokens.unwrap_or(0),
             };
             report.events.push((id, event));
+            return Ok(None);
         }
-        Ok(())
+        Ok(Some(token))
     }
 }
 

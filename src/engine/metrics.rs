@@ -16,6 +16,9 @@ pub struct EngineMetrics {
     pub prefix_hit_tokens: u64,
     pub prompt_tokens: u64,
     pub generated_tokens: u64,
+    /// Speculation: tokens drafted, and of those, accepted.
+    pub drafted_tokens: u64,
+    pub accepted_tokens: u64,
     /// Seconds from submission to the first token.
     pub ttft_seconds: Histogram,
     /// Seconds between two tokens of one request.

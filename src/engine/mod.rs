@@ -26,8 +26,8 @@ pub use engine::{Engine, Role, RowsRun, StepReport};
 pub use handle::{EngineHandle, RequestStream};
 pub use metrics::{EngineMetrics, Histogram};
 pub use request::{
-    validate, EngineConfig, Event, FinishReason, Policy, Request, SamplingParams, SubmitError,
-    Validated,
+    validate, EngineConfig, Event, FinishReason, Policy, Request, SamplingParams, Speculation,
+    SubmitError, Validated,
 };
 pub use sequence::Sequence;
 pub use transfer::KvTransfer;

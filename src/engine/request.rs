@@ -59,6 +59,37 @@ pub struct EngineConfig {
     /// Keep the logits of every sampled token in the step report (tests compare them
     /// bit for bit with a solo run). Off by default: a vocabulary of floats per token.
     pub capture_logits: bool,
+    /// Prompt-lookup speculation for greedy requests (`--speculative ngram`); `None`:
+    /// one token per decode row.
+    pub speculation: Option<Speculation>,
+}
+
+// ANCHOR: speculation
+/// Speculative decoding in the engine: before each iteration, every greedy request that
+/// is decoding looks its own tokens up for what followed the last `ngram` of them
+/// (`speculative::ngram::lookup`), and runs up to `draft_len` of those guesses as extra
+/// rows beside its pending token. One pass verifies all of them for every request at
+/// once; each request keeps the drafts its own greedy choice agrees with, and rolls its
+/// block table back past the rest (book: speculative.md, "In the engine").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Speculation {
+    /// The longest n-gram looked up (falling back to shorter ones).
+    pub ngram: usize,
+    /// Drafts per request per iteration, at most.
+    pub draft_len: usize,
+}
+// ANCHOR_END: speculation
+
+impl Speculation {
+    /// Refuses an n-gram or a draft length of 0, which would draft nothing.
+    pub fn new(ngram: usize, draft_len: usize) -> Result<Speculation> {
+        if ngram == 0 || draft_len == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "speculation with ngram:{ngram} and --draft-len {draft_len} drafts nothing: give both at least 1 (e.g. --speculative ngram:3 --draft-len 4)"
+            )));
+        }
+        Ok(Speculation { ngram, draft_len })
+    }
 }
 
 /// SmolLM2-135M's bytes per position (K and V of 30 layers, 3 KV heads of 64, f32).
@@ -76,6 +107,7 @@ impl Default for EngineConfig {
             max_waiting: 256,
             prefix_caching: true,
             capture_logits: false,
+            speculation: None,
         }
     }
 }

@@ -32,6 +32,9 @@ pub struct Sequence {
     pub cached_prompt_tokens: Option<usize>,
     pub arrived: Instant,
     pub last_token_at: Option<Instant>,
+    /// Guesses of its next tokens, run this iteration after its pending token
+    /// (speculation; empty otherwise).
+    pub drafts: Vec<u32>,
 }
 // ANCHOR_END: sequence
 
@@ -47,6 +50,7 @@ impl Sequence {
             cached_prompt_tokens: None,
             arrived: Instant::now(),
             last_token_at: None,
+            drafts: Vec::new(),
             request,
         }
     }

@@ -18,13 +18,16 @@
 //!    token; with chunked prefill (`Policy::ContinuousChunked`, Sarathi) the prompt runs
 //!    in budget-sized chunks and the gaps stay short. The timeline of every iteration
 //!    and the inter-token latencies (ITL) of the running requests are reported.
+//! 3. With `--speculative ngram`: a load that copies its prompt, through the engine
+//!    without and with prompt-lookup drafts (`engine_speculation.rs`).
 
 use super::bench::memory_bandwidth;
+use super::engine_load::{collect, config_for, greedy, run_all, submit_error, LoadRun};
+use super::engine_speculation::{self, CopyLoad, SpeculationRun};
 use super::timing::{machine_name, median, synthetic_prompt};
 use crate::batch::BatchModel;
-use crate::cache::{KvElement, KvPolicy};
-use crate::config::Config;
-use crate::engine::{Engine, EngineConfig, Event, Policy, Request, SamplingParams, StepReport};
+use crate::cache::KvPolicy;
+use crate::engine::{Engine, EngineConfig, Policy, Request, Speculation, StepReport};
 use crate::error::{Error, Result};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -47,6 +50,10 @@ pub struct BatchingOptions {
     pub kv: KvPolicy,
     /// Positions per block of the engine's pool (`--block-size`).
     pub block_size: usize,
+    /// `--speculative ngram`: also run an input-grounded load at `spec_concurrency`
+    /// without and with drafts (`engine_speculation.rs`).
+    pub speculation: Option<Speculation>,
+    pub spec_concurrency: usize,
 }
 
 /// One concurrency level.
@@ -119,84 +126,8 @@ pub struct BatchingReport {
     pub roof_step_ms: f64,
     pub points: Vec<ConcurrencyPoint>,
     pub stall: Vec<StallRun>,
-}
-
-fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
-    Request {
-        prompt,
-        max_tokens,
-        sampling: SamplingParams::default(),
-        stop_ids: Vec::new(),
-    }
-}
-
-/// Runs `requests` through an engine of `config` until all are done: the tokens of each
-/// (in submission order) and every step report.
-fn run_all(
-    model: &Arc<dyn BatchModel>,
-    config: EngineConfig,
-    requests: &[Request],
-) -> Result<(Vec<Vec<u32>>, Vec<StepReport>, f64)> {
-    let mut engine = Engine::new(model.clone(), config)?;
-    let mut index = HashMap::new();
-    for (i, r) in requests.iter().enumerate() {
-        let id = engine.add(r.clone()).map_err(submit_error)?;
-        index.insert(id, i);
-    }
-    let mut tokens = vec![Vec::new(); requests.len()];
-    let mut reports = Vec::new();
-    let start = Instant::now();
-    while engine.has_work() {
-        let report = engine.step()?;
-        collect(&report, &index, &mut tokens)?;
-        reports.push(report);
-    }
-    Ok((tokens, reports, start.elapsed().as_secs_f64()))
-}
-
-fn collect(
-    report: &StepReport,
-    index: &HashMap<u64, usize>,
-    tokens: &mut [Vec<u32>],
-) -> Result<()> {
-    for (id, event) in &report.events {
-        match event {
-            Event::Token { id: t } => tokens[index[id]].push(*t),
-            Event::Failed { message } => return Err(Error::Internal(message.clone())),
-            Event::Finished { .. } => {}
-        }
-    }
-    Ok(())
-}
-
-fn submit_error(e: crate::engine::SubmitError) -> Error {
-    match e {
-        crate::engine::SubmitError::Invalid(e) => e,
-        other => Error::Internal(other.to_string()),
-    }
-}
-
-/// A pool of `o.kv` blocks for `requests` requests of `positions` positions each, with
-/// room to spare (a block's partial tail per request, and a few blocks more).
-fn config_for(
-    model: &Config,
-    o: &BatchingOptions,
-    policy: Policy,
-    requests: usize,
-    positions: usize,
-) -> Result<EngineConfig> {
-    let element = KvElement::for_pool(model, o.kv, "paged")?;
-    let token_bytes = element.bytes_per_token(model);
-    let per_request = positions + o.block_size + 32;
-    Ok(EngineConfig {
-        policy,
-        max_batch_tokens: 2048,
-        max_batch_seqs: requests.max(1),
-        kv_budget_bytes: (requests * per_request + 4 * o.block_size + 64) * token_bytes,
-        block_size: o.block_size,
-        kv: o.kv,
-        ..EngineConfig::default()
-    })
+    /// With `--speculative`: the copy load without and with drafts.
+    pub speculation: Option<SpeculationRun>,
 }
 
 // ANCHOR: throughput
@@ -213,14 +144,24 @@ fn concurrency_point(
         .map(|i| greedy(synthetic_prompt(o.prompt_len, vocab, i + 1), o.max_tokens))
         .collect();
     let positions = o.prompt_len + o.max_tokens;
-    let sequential = config_for(model.config(), o, Policy::Sequential, c, positions)?;
-    let (seq_tokens, _, seq_s) = run_all(model, sequential, &requests)?;
-    let continuous = config_for(model.config(), o, Policy::ContinuousChunked, c, positions)?;
-    let (cont_tokens, reports, cont_s) = run_all(model, continuous.clone(), &requests)?;
+    let config = |policy| config_for(model.config(), o.kv, o.block_size, policy, c, positions);
+    let sequential = run_all(model, config(Policy::Sequential)?, &requests)?;
+    let continuous = config(Policy::ContinuousChunked)?;
+    let LoadRun {
+        tokens: cont_tokens,
+        reports,
+        seconds: cont_s,
+        ..
+    } = run_all(model, continuous.clone(), &requests)?;
     let generated: usize = cont_tokens.iter().map(Vec::len).sum();
     let against = match against {
         Some(other) => {
-            let (tokens, reports, seconds) = run_all(other, continuous, &requests)?;
+            let LoadRun {
+                tokens,
+                reports,
+                seconds,
+                ..
+            } = run_all(other, continuous, &requests)?;
             let tok_s = tokens.iter().map(Vec::len).sum::<usize>() as f64 / seconds;
             Some(AgainstPoint {
                 continuous_tok_s: tok_s,
@@ -232,11 +173,11 @@ fn concurrency_point(
     };
     Ok(ConcurrencyPoint {
         concurrency: c,
-        sequential_tok_s: generated as f64 / seq_s,
+        sequential_tok_s: generated as f64 / sequential.seconds,
         continuous_tok_s: generated as f64 / cont_s,
-        speedup: seq_s / cont_s,
+        speedup: sequential.seconds / cont_s,
         decode_iteration_ms: median(decode_only_ms(&reports, c)),
-        tokens_identical: seq_tokens == cont_tokens,
+        tokens_identical: sequential.tokens == cont_tokens,
         against,
     })
 }
@@ -258,7 +199,14 @@ fn stall_run(model: &Arc<dyn BatchModel>, o: &BatchingOptions, policy: Policy) -
     let positions = o.long_prompt + o.max_tokens;
     let config = EngineConfig {
         max_batch_tokens: o.stall_budget,
-        ..config_for(model.config(), o, policy, o.running + 1, positions)?
+        ..config_for(
+            model.config(),
+            o.kv,
+            o.block_size,
+            policy,
+            o.running + 1,
+            positions,
+        )?
     };
     let mut engine = Engine::new(model.clone(), config)?;
     let mut index = HashMap::new();
@@ -345,14 +293,19 @@ pub fn run(
             "--concurrency: give one or more counts of at least 1 (e.g. 1,2,4,8)".into(),
         ));
     }
-    if o.prompt_len == 0 || o.max_tokens == 0 || o.running == 0 || o.stall_budget <= o.running {
+    if o.prompt_len == 0
+        || o.max_tokens == 0
+        || o.running == 0
+        || o.spec_concurrency == 0
+        || o.stall_budget <= o.running
+    {
         return Err(Error::InvalidArgument(
-            "--prompt-len, --max-tokens and --running must be at least 1, and --stall-budget larger than --running".into(),
+            "--prompt-len, --max-tokens, --running and --spec-concurrency must be at least 1, and --stall-budget larger than --running".into(),
         ));
     }
-    if o.concurrency.iter().any(|&c| c > 256) || o.running > 256 {
+    if o.concurrency.iter().any(|&c| c > 256) || o.running > 256 || o.spec_concurrency > 256 {
         return Err(Error::InvalidArgument(
-            "--concurrency and --running: at most 256 requests".into(),
+            "--concurrency, --running and --spec-concurrency: at most 256 requests".into(),
         ));
     }
     for len in [o.prompt_len, o.long_prompt] {
@@ -374,6 +327,19 @@ pub fn run(
         .into_iter()
         .map(|policy| stall_run(&model, o, policy))
         .collect::<Result<Vec<_>>>()?;
+    let speculation = match o.speculation {
+        Some(spec) => {
+            let load = CopyLoad {
+                concurrency: o.spec_concurrency,
+                prompt_len: o.prompt_len,
+                max_tokens: o.max_tokens,
+                kv: o.kv,
+                block_size: o.block_size,
+            };
+            Some(engine_speculation::run(&model, &load, spec)?)
+        }
+        None => None,
+    };
     Ok(BatchingReport {
         model: name.to_string(),
         machine: machine_name(),
@@ -385,5 +351,6 @@ pub fn run(
         roof_step_ms: weight_bytes / bandwidth * 1e3,
         points,
         stall,
+        speculation,
     })
 }

@@ -22,6 +22,7 @@
 //! | [`evict_speed`] | `kvlab evict-speed` | eviction.md |
 //! | [`kv_bench`] | `kvlab bench-kv` | kv-quantization.md |
 //! | [`batching`] | `kvlab bench-batch` | scheduling.md |
+//! | [`engine_speculation`] | `kvlab bench-batch --speculative` | speculative.md |
 //! | [`disagg`] | `kvlab bench-disagg` | serving.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
@@ -34,6 +35,8 @@ pub mod cache_bench;
 pub mod capacity;
 pub mod compare;
 pub mod disagg;
+pub mod engine_load;
+pub mod engine_speculation;
 pub mod eval;
 pub mod evict_speed;
 #[cfg(feature = "cuda")]

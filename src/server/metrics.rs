@@ -51,7 +51,7 @@ pub fn render(m: &EngineMetrics, server: ServerCounters) -> String {
     for (name, help, value) in gauges {
         metric(&mut out, name, help, "gauge", value);
     }
-    let counters: [(&str, &str, u64); 9] = [
+    let counters: [(&str, &str, u64); 11] = [
         (
             "kvlab_requests_finished_total",
             "Requests that ran to the end.",
@@ -91,6 +91,16 @@ pub fn render(m: &EngineMetrics, server: ServerCounters) -> String {
             "kvlab_generation_tokens_total",
             "Tokens generated.",
             m.generated_tokens,
+        ),
+        (
+            "kvlab_spec_draft_tokens_total",
+            "Tokens drafted by prompt lookup (--speculative).",
+            m.drafted_tokens,
+        ),
+        (
+            "kvlab_spec_accepted_tokens_total",
+            "Drafted tokens the model agreed with.",
+            m.accepted_tokens,
         ),
         (
             "kvlab_iterations_total",

@@ -8,12 +8,14 @@ use kvlab::backend::{Backend, CacheLayout};
 use kvlab::batch::{batch_model, BatchModel};
 use kvlab::cache::{CacheKind, KvPolicy, PolicyParams, DEFAULT_BLOCK_SIZE};
 use kvlab::device::{Device, GpuDtype, WeightDtype, WeightLayout};
+use kvlab::engine::Speculation;
 use kvlab::error::{Error, Result};
 use kvlab::generate::PathKind;
 use kvlab::kv_size::KvDtype;
 use kvlab::lab::timing::synthetic_prompt;
 use kvlab::limits::{read_text_capped, MAX_PROMPT_BYTES};
 use kvlab::sampler::SamplerConfig;
+use kvlab::speculative::DrafterSpec;
 use kvlab::tokenizer::{Message, Tokenizer};
 use kvlab::{loader, Config, Model};
 use std::path::PathBuf;
@@ -343,8 +345,9 @@ impl KvArgs {
     }
 }
 
-/// Speculative decoding (`generate`, `compare`): a drafter proposes `k` tokens, the
-/// model checks them in one pass. Book: speculative.md.
+/// Speculative decoding (`generate`, `compare`; prompt lookup in `serve` and
+/// `bench-batch`): a drafter proposes `k` tokens, the model checks them in one pass.
+/// Book: speculative.md.
 #[derive(Args, Clone)]
 pub struct SpecArgs {
     /// Decode speculatively with this drafter: ngram, ngram:N, early-exit:L or bf16.
@@ -353,6 +356,30 @@ pub struct SpecArgs {
     /// Tokens the drafter proposes per round, k (with --speculative).
     #[arg(long, default_value_t = 4, requires = "speculative")]
     pub draft_len: usize,
+}
+
+impl SpecArgs {
+    /// The engine's speculation (`serve`, `bench-batch`): prompt lookup only, whose
+    /// drafts cost no forward pass. A model drafter would need its own batched pass
+    /// and its own KV per request each round, which the engine does not run.
+    pub fn engine(&self) -> Result<Option<Speculation>> {
+        let Some(name) = self.speculative.as_deref() else {
+            return Ok(None);
+        };
+        in_range(
+            "--draft-len",
+            self.draft_len,
+            1,
+            64,
+            "drafts per request per iteration",
+        )?;
+        match name.parse::<DrafterSpec>()? {
+            DrafterSpec::Ngram { n } => Ok(Some(Speculation::new(n, self.draft_len)?)),
+            other => Err(Error::InvalidArgument(format!(
+                "--speculative {other}: the engine drafts by prompt lookup only (its drafts cost no forward pass; a model drafter would need a second batched pass and its own KV per request): use --speculative ngram[:N], or kvlab generate --speculative {other} for one request"
+            ))),
+        }
+    }
 }
 
 /// `--json`: one JSON object with the figures instead of text.

@@ -1,7 +1,7 @@
 //! `kvlab bench-batch`: the serving engine's throughput against concurrency, and the
 //! decode stall with and without chunked prefill (book: scheduling.md).
 
-use crate::args::{parse_weights, BlockSizeArgs, DtypeArgs, JsonArgs, KvArgs, ModelArgs};
+use crate::args::{parse_weights, BlockSizeArgs, DtypeArgs, JsonArgs, KvArgs, ModelArgs, SpecArgs};
 use crate::print;
 use clap::Args;
 use kvlab::error::Result;
@@ -41,6 +41,11 @@ pub struct BenchBatchArgs {
     #[command(flatten)]
     pub kv: KvArgs,
     #[command(flatten)]
+    pub spec: SpecArgs,
+    /// With --speculative: concurrent requests of the copy load run without and with drafts.
+    #[arg(long, default_value_t = 4)]
+    pub spec_concurrency: usize,
+    #[command(flatten)]
     pub out: JsonArgs,
 }
 
@@ -55,6 +60,8 @@ pub fn bench_batch(args: BenchBatchArgs) -> Result<()> {
         stall_budget: args.stall_budget,
         kv: args.kv.policy()?,
         block_size: args.block.block_size,
+        speculation: args.spec.engine()?,
+        spec_concurrency: args.spec_concurrency,
     };
     let loaded_model = Arc::new(loaded.model);
     let against = match args.against {

@@ -8,10 +8,11 @@ use crate::checks::{in_range, MAX_REPS};
 use crate::print;
 use clap::Args;
 use kvlab::cache::{KvPolicy, PolicyParams};
-use kvlab::device::WeightDtype;
 use kvlab::error::{Error, Result};
 use kvlab::lab;
-use kvlab::weights::panels_if;
+use kvlab::simd::WeightElem;
+use kvlab::weights::{CpuWeights, OnWeights};
+use kvlab::Model;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -72,19 +73,14 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     // A model without a panel form keeps its rows, unless --layout panels named them.
     let strict = args.device.weights.layout.is_some();
     let reps = args.reps;
-    let measure = || match dtype {
-        WeightDtype::F32 => match panels_if(model, layout, strict)? {
-            Some(panels) => lab::bench::run(&panels, name, prefill, contexts, reps),
-            None => lab::bench::run(model, name, prefill, contexts, reps),
-        },
-        WeightDtype::Bf16 => {
-            let half = model.to_bf16();
-            match panels_if(&half, layout, strict)? {
-                Some(panels) => lab::bench::run(&panels, name, prefill, contexts, reps),
-                None => lab::bench::run(&half, name, prefill, contexts, reps),
-            }
-        }
-        WeightDtype::Int8 => lab::bench::run(&model.to_int8()?, name, prefill, contexts, reps),
+    let measure = || {
+        let weights = CpuWeights::convert(model, dtype, layout, strict)?;
+        weights.run(Measure {
+            name,
+            prefill,
+            contexts,
+            reps,
+        })
     };
     let report = match args.threads {
         // Every parallel region (and both roofs) runs on the pool `install` enters.
@@ -100,6 +96,21 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     print::bench(&report);
     Ok(())
+}
+
+/// `lab::bench::run` on whatever weights `--dtype` and `--layout` made.
+struct Measure<'a> {
+    name: &'a str,
+    prefill: &'a [usize],
+    contexts: &'a [usize],
+    reps: usize,
+}
+
+impl OnWeights for Measure<'_> {
+    type Out = Result<lab::bench::BenchReport>;
+    fn run<E: WeightElem>(self, model: &Model<E>) -> Self::Out {
+        lab::bench::run(model, self.name, self.prefill, self.contexts, self.reps)
+    }
 }
 
 /// Greedy tokens each GPU row decodes after its prompt.

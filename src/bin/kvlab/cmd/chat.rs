@@ -7,12 +7,11 @@ use clap::Args;
 use kvlab::backend::new_layout_store;
 use kvlab::cache::CacheKind;
 use kvlab::chat::ChatSession;
-use kvlab::device::WeightDtype;
 use kvlab::error::{Error, Result};
 use kvlab::generate::{GenerateOptions, PathKind};
 use kvlab::simd::WeightElem;
 use kvlab::tokenizer::{Message, TextStream, Tokenizer};
-use kvlab::weights::panels_if;
+use kvlab::weights::{CpuWeights, OnWeights};
 use kvlab::{loader, Model};
 use serde::Serialize;
 use std::io::{BufRead, IsTerminal};
@@ -74,21 +73,23 @@ pub fn chat(args: ChatArgs) -> Result<()> {
         )));
     }
     let model = loader::load_model(&args.model)?;
-    // As `Backend::cpu`: panels unless --layout rows, rows where a model has no panel form.
-    let layout = args.weights.layout()?;
-    match args.weights.dtype() {
-        WeightDtype::F32 => match panels_if(&model, layout, false)? {
-            Some(panels) => converse(&args, &tokenizer, &panels),
-            None => converse(&args, &tokenizer, &model),
-        },
-        WeightDtype::Bf16 => {
-            let half = model.to_bf16();
-            match panels_if(&half, layout, false)? {
-                Some(panels) => converse(&args, &tokenizer, &panels),
-                None => converse(&args, &tokenizer, &half),
-            }
-        }
-        WeightDtype::Int8 => converse(&args, &tokenizer, &model.to_int8()?),
+    let weights = CpuWeights::convert(&model, args.weights.dtype(), args.weights.layout()?, false)?;
+    weights.run(Converse {
+        args: &args,
+        tokenizer: &tokenizer,
+    })
+}
+
+/// `converse` on whatever weights `--dtype` and `--layout` made.
+struct Converse<'a> {
+    args: &'a ChatArgs,
+    tokenizer: &'a Tokenizer,
+}
+
+impl OnWeights for Converse<'_> {
+    type Out = Result<()>;
+    fn run<E: WeightElem>(self, model: &Model<E>) -> Result<()> {
+        converse(self.args, self.tokenizer, model)
     }
 }
 

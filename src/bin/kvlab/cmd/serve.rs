@@ -2,7 +2,7 @@
 //! against one): book serving.md. Both only parse arguments; the server and the load
 //! generator live in the library (`kvlab::server`).
 
-use crate::args::{BlockSizeArgs, DtypeArgs, KvArgs, DEFAULT_MODEL};
+use crate::args::{BlockSizeArgs, DtypeArgs, KvArgs, SpecArgs, DEFAULT_MODEL};
 use crate::checks::{at_least, in_range};
 use crate::print;
 use clap::{Args, ValueEnum};
@@ -56,6 +56,8 @@ pub struct ServeArgs {
     pub block: BlockSizeArgs,
     #[command(flatten)]
     pub kv: KvArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -117,6 +119,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         prefix_caching: !args.no_prefix_caching,
         block_size: args.block.block_size,
         kv: args.kv.policy()?,
+        speculation: args.spec.engine()?,
         ..EngineConfig::default()
     };
     config.max_body_bytes = args.max_body_bytes;

@@ -76,6 +76,45 @@ pub fn batching(r: &BatchingReport) {
         );
     }
     outln!("(ITL: gaps between the running requests' tokens; --json has every iteration's time and rows)");
+    if let Some(sp) = &r.speculation {
+        outln!(
+            "speculation in the engine: {} greedy requests copying a passage their prompt gives twice, prompt lookup ngram:{} --draft-len {}",
+            sp.concurrency,
+            sp.ngram,
+            sp.draft_len
+        );
+        outln!(
+            "{:>12} {:>10} {:>11} {:>9} {:>10} {:>11}",
+            "engine",
+            "tok/s",
+            "iterations",
+            "drafted",
+            "accepted",
+            "same tokens"
+        );
+        outln!(
+            "{:>12} {:>10.1} {:>11} {:>9} {:>10} {:>11}",
+            "plain",
+            sp.plain_tok_s,
+            sp.plain_iterations,
+            "-",
+            "-",
+            ""
+        );
+        outln!(
+            "{:>12} {:>10.1} {:>11} {:>9} {:>10} {:>11}",
+            "speculative",
+            sp.speculative_tok_s,
+            sp.speculative_iterations,
+            sp.drafted_tokens,
+            format!("{} ({:.0}%)", sp.accepted_tokens, 100.0 * sp.acceptance),
+            if sp.tokens_identical { "yes" } else { "NO" }
+        );
+        outln!(
+            "speed-up {:.2}x (median of 3 alternating runs each)",
+            sp.speedup
+        );
+    }
 }
 
 /// `kvlab bench-disagg`'s table.
