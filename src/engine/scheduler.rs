@@ -1,5 +1,5 @@
 //! Which rows run in the next iteration: the token budget, decodes first, then prefill
-//! chunks (book: scheduling.md; exercises 29 and 30).
+//! chunks (book: scheduling.md; exercises 30 and 31).
 //!
 //! Prefill and decode have opposite bottlenecks (book: roofline.md): a decode row
 //! streams every weight for one token (memory-bound), a prefill row shares that read
