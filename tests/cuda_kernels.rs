@@ -20,7 +20,7 @@ use common::gpu::*;
 
 use kvlab::attention::{attention_over, causal_attention, Heads};
 use kvlab::backend::Backend;
-use kvlab::cache::rows::Paged;
+use kvlab::cache::rows::{Evicted, Paged};
 use kvlab::cache::PreallocatedCache;
 use kvlab::cuda::weights::{GpuMatrix, RopeTables};
 use kvlab::cuda::{nvrtc, AttentionVersion, GpuKvCache, MatmulVersion};
@@ -755,6 +755,7 @@ fn gpu_paged_attention_matches_cpu() {
             v_blocks: v_blocks.iter().map(|b| b.as_slice()).collect(),
             block_size,
             kv_dim,
+            evicted: Evicted::default(), // a full cache: row r is position r
         };
         let cpu = attention_over(&cpu_rows, &q, start_pos, heads);
         assert_eq!(
