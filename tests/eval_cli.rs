@@ -76,12 +76,14 @@ fn model_dependent_refusals() {
         &[&base[..], &["--kv", "int4", "--group", "48"]].concat(),
         "--group 48 does not divide head_dim 64",
     );
+    // (--kv window in paged blocks runs: tests/eviction_cli.rs. H2O's single-row
+    // evictions do not fit blocks.)
     fails_with(
         &[
-            "generate", "--model", MODEL_DIR, "--prompt", "hi", "--kv", "window", "--window", "8",
+            "generate", "--model", MODEL_DIR, "--prompt", "hi", "--kv", "h2o", "--budget", "8",
             "--cache", "paged",
         ],
-        "--kv window evicts positions and keeps its own cache; a --cache paged pool keeps every position",
+        "a block of --cache paged goes back to the pool only when all its rows have gone",
     );
     fails_with(
         &[
