@@ -8,8 +8,10 @@
 # prompts, streamed), saves the report as book/src/figures/data/loadtest_P.json (and the
 # command as loadtest_P.cmd), and stops the server. `kvlab loadtest-table` prints the
 # chapter's table from those files. Then continuous-chunked again with bf16 weights, and
-# with bf16 weights and an int8 KV pool (VARIANTS=no skips them). scripts/figures.sh runs
-# this under ONLY=loadtest.
+# with bf16 weights and an int8 KV pool (VARIANTS=no skips them). Last, the composed ladder
+# on a copy workload (each prompt a passage given twice, arriving faster): f32 weights,
+# bf16 weights, + an int8 pool, + prompt-lookup drafts (ladder_*.json), then the last two
+# at twice the rate (busy_*.json), each for its own table (COMPOSE=no skips them). scripts/figures.sh runs this under ONLY=loadtest.
 # About 2-4 minutes per policy on an idle 2-core machine with the defaults below; run it
 # on an otherwise idle machine: anything else running shows up in the latencies.
 set -euo pipefail
@@ -61,7 +63,7 @@ run_one() {
         fi
         sleep 1
     done
-    local load=(loadtest --url "http://127.0.0.1:$port" --requests "$REQUESTS" --rate "$RATE" --seed "$SEED" --prompt-mix "$MIX" --json)
+    local load=(loadtest --url "http://127.0.0.1:$port" --requests "${RUN_REQUESTS:-$REQUESTS}" --rate "${RUN_RATE:-$RATE}" --seed "$SEED" --prompt-mix "${RUN_MIX:-$MIX}" --json)
     echo "+ kvlab ${serve[*]}"
     echo "+ kvlab ${load[*]}"
     local t0=$SECONDS
@@ -84,3 +86,20 @@ if [[ ${VARIANTS:-yes} == yes ]]; then
     run_one loadtest_continuous_chunked_bf16_int8kv continuous-chunked --dtype bf16 --kv int8
 fi
 "$KVLAB" loadtest-table "$DATA"/loadtest_*.json
+# Everything at once (book: serving.md, "Weights, cache and drafts, composed"): one line per
+# addition on the same copy workload, at a rate the engine keeps up with (ladder_*.json);
+# then the last two lines again at twice the rate, where the engine is busy (busy_*.json).
+if [[ ${COMPOSE:-yes} == yes ]]; then
+    export RUN_REQUESTS=${COMPOSE_REQUESTS:-32} RUN_MIX=copy:1
+    rate=${COMPOSE_RATE:-1}
+    RUN_RATE=$rate
+    run_one ladder_1_f32 continuous-chunked
+    run_one ladder_2_bf16 continuous-chunked --dtype bf16
+    run_one ladder_3_bf16_int8kv continuous-chunked --dtype bf16 --kv int8
+    run_one ladder_4_bf16_int8kv_ngram continuous-chunked --dtype bf16 --kv int8 --speculative ngram --draft-len 4
+    RUN_RATE=$(python3 -c "print(2 * $rate)")
+    run_one busy_1_bf16_int8kv continuous-chunked --dtype bf16 --kv int8
+    run_one busy_2_bf16_int8kv_ngram continuous-chunked --dtype bf16 --kv int8 --speculative ngram --draft-len 4
+    "$KVLAB" loadtest-table "$DATA"/ladder_*.json
+    "$KVLAB" loadtest-table "$DATA"/busy_*.json
+fi

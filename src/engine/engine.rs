@@ -498,6 +498,7 @@ impl Engine {
         }
         Ok(())
     }
+    // ANCHOR_END: run_batch
 
     // ANCHOR: accept
     /// Request `id`'s tokens from its rows' logits (`[1 + drafts, vocab]`): row `i`'s
@@ -514,7 +515,10 @@ impl Engine {
                 report.logits.push((id, row.to_vec()));
             }
             let Some(token) = self.sample(id, row, report)? else {
-                return Ok(()); // finished (or failed): its blocks are already free
+                // Finished (or failed) at row `i`: drafts[..i] were kept on the way, and
+                // its blocks are already free.
+                self.metrics.accepted_tokens += i as u64;
+                return Ok(());
             };
             if i < drafts.len() && token == drafts[i] {
                 continue;
@@ -534,8 +538,6 @@ impl Engine {
         Ok(())
     }
     // ANCHOR_END: accept
-
-    // ANCHOR_END: run_batch
 
     /// Samples request `id`'s next token from `logits`; emits it, or finishes the
     /// request. The token, while the request runs on; `None` once it has left.

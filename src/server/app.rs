@@ -51,6 +51,8 @@ pub struct Setup {
     pub kv_bytes_per_token: usize,
     /// Positions the whole pool holds (its blocks x the block size).
     pub pool_positions: usize,
+    /// The engine's drafts (`--speculative`): "none", or "ngram:3 k=4".
+    pub speculation: String,
 }
 
 /// What every handler shares: the engine, the tokenizer, the served model's limits.
@@ -87,6 +89,10 @@ impl App {
         let weights = model.weights();
         let kv_bytes_per_token = element.bytes_per_token(model.config());
         let (kv, block_size) = (config.engine.kv.name(), config.engine.block_size);
+        let speculation = match config.engine.speculation {
+            Some(s) => format!("ngram:{} k={}", s.ngram, s.draft_len),
+            None => "none".to_string(),
+        };
         let engine = EngineHandle::spawn(model, config.engine)?;
         // Before the first request every block is free: the pool's size.
         let pool_blocks = engine.metrics().kv_blocks_free;
@@ -97,6 +103,7 @@ impl App {
             block_size,
             kv_bytes_per_token,
             pool_positions: pool_blocks * block_size,
+            speculation,
         };
         Ok(Arc::new(App {
             engine,

@@ -90,6 +90,17 @@ pub struct LoadtestReport {
     pub kv: Option<String>,
     pub kv_bytes_per_token: Option<u64>,
     pub pool_positions: Option<u64>,
+    /// The engine's drafts (`--speculative`): "none", "ngram:3 k=4".
+    pub speculation: Option<String>,
+    /// KV bytes one request of this workload holds at its end (prompt + output, rounded
+    /// up to whole blocks), averaged over the requests.
+    pub kv_bytes_per_request: Option<f64>,
+    /// Requests of that mean size the whole pool holds at once.
+    pub requests_in_pool: Option<u64>,
+    /// Drafts the engine ran and kept during the test (`/metrics`' counters; 0 without
+    /// speculation).
+    pub drafted_tokens: u64,
+    pub accepted_tokens: u64,
     pub requests: usize,
     pub rate: f64,
     pub seed: u64,
@@ -103,6 +114,10 @@ pub struct LoadtestReport {
     pub output_tokens_per_s: f64,
     pub ttft_ms: Percentiles,
     pub inter_token_ms: Percentiles,
+    /// Time per output token after the first, one sample per request: (last token -
+    /// first token) / (tokens - 1), vLLM's TPOT. With speculation several tokens arrive
+    /// in one step, so the gaps (ITL) are bursty; a request's TPOT is still its speed.
+    pub tpot_ms: Percentiles,
     /// Send to last token.
     pub e2e_ms: Percentiles,
     /// TTFT of the short requests alone: what a chat user waits when long prompts share
@@ -164,6 +179,7 @@ pub async fn run(config: &LoadtestConfig) -> Result<LoadtestReport> {
         }
     };
     let workload = plan(config.requests, config.rate, config.seed, &config.mix);
+    let drafts_before = spec_counters(&client, &config.url).await;
     let start = Instant::now();
     let tasks: Vec<_> = workload
         .into_iter()
@@ -185,9 +201,86 @@ pub async fn run(config: &LoadtestConfig) -> Result<LoadtestReport> {
                 .map_err(|e| Error::Internal(format!("a load-test task failed: {e}")))?,
         );
     }
-    Ok(summarise(config, model, &health, records))
+    let drafts = spec_counters(&client, &config.url).await - drafts_before;
+    Ok(summarise(config, model, &health, drafts, records))
 }
 // ANCHOR_END: run
+
+/// The server's speculation counters (drafted, accepted) from `GET /metrics`; zeros from
+/// a server that has none.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct SpecCounters {
+    drafted: u64,
+    accepted: u64,
+}
+
+impl std::ops::Sub for SpecCounters {
+    type Output = SpecCounters;
+    fn sub(self, before: SpecCounters) -> SpecCounters {
+        SpecCounters {
+            drafted: self.drafted.saturating_sub(before.drafted),
+            accepted: self.accepted.saturating_sub(before.accepted),
+        }
+    }
+}
+
+async fn spec_counters(client: &reqwest::Client, url: &str) -> SpecCounters {
+    let text = match client.get(format!("{url}/metrics")).send().await {
+        Ok(response) => response.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    parse_spec_counters(&text)
+}
+
+/// Reads `kvlab_spec_draft_tokens_total N` and `kvlab_spec_accepted_tokens_total N` out
+/// of a Prometheus text page.
+fn parse_spec_counters(text: &str) -> SpecCounters {
+    let value = |name: &str| {
+        text.lines()
+            .filter_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .next()
+            .map_or(0, |v| v as u64)
+    };
+    SpecCounters {
+        drafted: value("kvlab_spec_draft_tokens_total "),
+        accepted: value("kvlab_spec_accepted_tokens_total "),
+    }
+}
+
+/// A request's time per output token after its first; `None` for one of fewer than two
+/// tokens.
+fn tpot_ms(r: &RequestRecord) -> Option<f64> {
+    let (first, last) = (r.token_ms.first()?, r.token_ms.last()?);
+    let gaps = r.completion_tokens.checked_sub(1).filter(|&n| n > 0)?;
+    Some((last - first) / gaps as f64)
+}
+
+/// The mean KV bytes of the workload's requests at their end, in whole blocks, and how
+/// many requests of that size `pool_positions` holds.
+fn kv_per_request(
+    records: &[RequestRecord],
+    health: &serde_json::Value,
+) -> (Option<f64>, Option<u64>) {
+    let (Some(token_bytes), Some(block), Some(pool)) = (
+        health["kv_bytes_per_token"].as_u64(),
+        health["block_size"].as_u64().filter(|&b| b > 0),
+        health["pool_positions"].as_u64(),
+    ) else {
+        return (None, None);
+    };
+    if records.is_empty() {
+        return (None, None);
+    }
+    let positions: Vec<u64> = records
+        .iter()
+        .map(|r| ((r.prompt_tokens + r.max_tokens) as u64).div_ceil(block) * block)
+        .collect();
+    let mean = positions.iter().sum::<u64>() as f64 / positions.len() as f64;
+    (
+        Some(mean * token_bytes as f64),
+        Some((pool as f64 / mean).floor() as u64),
+    )
+}
 
 /// Sends one streamed completion and times its chunks.
 async fn one_request(
@@ -304,6 +397,7 @@ fn summarise(
     config: &LoadtestConfig,
     model: String,
     health: &serde_json::Value,
+    drafts: SpecCounters,
     records: Vec<RequestRecord>,
 ) -> LoadtestReport {
     let text = |key: &str| health[key].as_str().map(str::to_string);
@@ -325,6 +419,7 @@ fn summarise(
         .iter()
         .map(|r| r.token_ms[r.token_ms.len() - 1] - r.sent_ms)
         .collect();
+    let tpot: Vec<f64> = done.iter().filter_map(|r| tpot_ms(r)).collect();
     let first_sent = records
         .iter()
         .map(|r| r.sent_ms)
@@ -335,6 +430,7 @@ fn summarise(
         .fold(0.0, f64::max);
     let duration_s = ((last_token - first_sent) / 1e3).max(1e-9);
     let output_tokens: usize = done.iter().map(|r| r.completion_tokens).sum();
+    let (kv_bytes_per_request, requests_in_pool) = kv_per_request(&records, health);
     LoadtestReport {
         url: config.url.clone(),
         model,
@@ -343,6 +439,11 @@ fn summarise(
         kv: text("kv"),
         kv_bytes_per_token: health["kv_bytes_per_token"].as_u64(),
         pool_positions: health["pool_positions"].as_u64(),
+        speculation: text("speculation"),
+        kv_bytes_per_request,
+        requests_in_pool,
+        drafted_tokens: drafts.drafted,
+        accepted_tokens: drafts.accepted,
         requests: config.requests,
         rate: config.rate,
         seed: config.seed,
@@ -355,6 +456,7 @@ fn summarise(
         output_tokens_per_s: output_tokens as f64 / duration_s,
         ttft_ms: Percentiles::of(&ttft),
         inter_token_ms: Percentiles::of(&itl),
+        tpot_ms: Percentiles::of(&tpot),
         e2e_ms: Percentiles::of(&e2e),
         short_ttft_ms: Percentiles::of(&short_ttft),
         per_request: records,
@@ -363,7 +465,69 @@ fn summarise(
 
 #[cfg(test)]
 mod tests {
-    use super::Percentiles;
+    use super::*;
+
+    #[test]
+    fn the_speculation_counters_are_read_off_the_metrics_page() {
+        let page = "# HELP kvlab_spec_draft_tokens_total Drafts run.\n\
+                    # TYPE kvlab_spec_draft_tokens_total counter\n\
+                    kvlab_spec_draft_tokens_total 173\n\
+                    kvlab_spec_accepted_tokens_total 152\n";
+        let c = parse_spec_counters(page);
+        assert_eq!((c.drafted, c.accepted), (173, 152));
+        assert_eq!(
+            parse_spec_counters("kvlab_requests_total 4\n"),
+            SpecCounters::default()
+        );
+    }
+
+    #[test]
+    fn tpot_spreads_the_decode_time_over_the_tokens_after_the_first() {
+        let mut r = RequestRecord {
+            index: 0,
+            kind: "copy",
+            prompt_tokens: 10,
+            max_tokens: 5,
+            sent_ms: 0.0,
+            status: 200,
+            // Five tokens in three chunks (a speculative step sent three at once).
+            token_ms: vec![100.0, 140.0, 180.0],
+            completion_tokens: 5,
+            finish_reason: None,
+            error: None,
+        };
+        assert_eq!(tpot_ms(&r), Some(20.0));
+        r.completion_tokens = 1;
+        assert_eq!(tpot_ms(&r), None);
+    }
+
+    #[test]
+    fn a_request_holds_whole_blocks_and_the_pool_holds_whole_requests() {
+        let record = |prompt_tokens, max_tokens| RequestRecord {
+            index: 0,
+            kind: "short",
+            prompt_tokens,
+            max_tokens,
+            sent_ms: 0.0,
+            status: 200,
+            token_ms: Vec::new(),
+            completion_tokens: 0,
+            finish_reason: None,
+            error: None,
+        };
+        let health = serde_json::json!({
+            "kv_bytes_per_token": 100, "block_size": 16, "pool_positions": 160
+        });
+        // 17 positions take two blocks (32), 32 take two: a mean of 32 positions, 3200
+        // bytes, and 160 / 32 = 5 requests in the pool.
+        let (bytes, fit) = kv_per_request(&[record(10, 7), record(20, 12)], &health);
+        assert_eq!((bytes, fit), (Some(3200.0), Some(5)));
+        // A server that does not say its pool gives nothing rather than a guess.
+        assert_eq!(
+            kv_per_request(&[record(1, 1)], &serde_json::json!({})),
+            (None, None)
+        );
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -33,6 +33,15 @@ pub const LONG: RequestKind = RequestKind {
     output_tokens: (16, 32),
 };
 
+/// A passage to quote or edit: the prompt gives a passage twice, so a model that copies
+/// goes on with it a third time, and prompt-lookup drafts find what comes next
+/// (`lab::engine_speculation::copy_prompt`'s load, over HTTP).
+pub const COPY: RequestKind = RequestKind {
+    name: "copy",
+    prompt_tokens: (160, 240),
+    output_tokens: (48, 64),
+};
+
 /// Which kinds, with which weights: `short:3,long:1` is one long request in four.
 #[derive(Debug, Clone, Serialize)]
 pub struct PromptMix {
@@ -52,7 +61,8 @@ impl PromptMix {
             let kind = match name.trim() {
                 "short" => SHORT,
                 "long" => LONG,
-                other => return Err(bad(format!("unknown kind `{other}` (short, long)"))),
+                "copy" => COPY,
+                other => return Err(bad(format!("unknown kind `{other}` (short, long, copy)"))),
             };
             let weight: u32 = weight
                 .trim()
@@ -109,11 +119,17 @@ pub fn plan(n: usize, rate: f64, seed: u64, mix: &PromptMix) -> Vec<Planned> {
             t += -(1.0 - uniform(&mut rng)).ln() / rate;
             let kind = mix.pick(&mut rng);
             let prompt_len = in_range(&mut rng, kind.prompt_tokens);
-            let prompt = (0..prompt_len)
+            let mut prompt: Vec<u32> = (0..prompt_len)
                 .map(|_| {
                     (PROMPT_IDS.start + rng.next_u64() % (PROMPT_IDS.end - PROMPT_IDS.start)) as u32
                 })
                 .collect();
+            if kind == COPY {
+                // The first half again: the passage given twice.
+                let half = prompt_len / 2;
+                prompt.truncate(prompt_len - half);
+                prompt.extend_from_within(..half);
+            }
             Planned {
                 index,
                 kind: kind.name,
@@ -151,6 +167,24 @@ mod tests {
             let kind = if p.kind == "long" { LONG } else { SHORT };
             assert!((kind.prompt_tokens.0..=kind.prompt_tokens.1).contains(&p.prompt.len()));
             assert!((kind.output_tokens.0..=kind.output_tokens.1).contains(&p.max_tokens));
+        }
+    }
+
+    #[test]
+    fn a_copy_prompt_is_one_passage_given_twice() {
+        let mix = PromptMix::parse("copy:1").unwrap();
+        for p in plan(50, 1.0, 3, &mix) {
+            let (n, half) = (p.prompt.len(), p.prompt.len() / 2);
+            assert!((COPY.prompt_tokens.0..=COPY.prompt_tokens.1).contains(&n));
+            assert!((COPY.output_tokens.0..=COPY.output_tokens.1).contains(&p.max_tokens));
+            assert_eq!(
+                p.prompt[n - half..],
+                p.prompt[..half],
+                "request {}",
+                p.index
+            );
+            // The passage itself is random ids, not a repeat of one id.
+            assert!(p.prompt[..half].windows(2).any(|w| w[0] != w[1]));
         }
     }
 

@@ -191,7 +191,8 @@ pub struct LoadtestArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Request kinds and their weights: `short:3,long:1` (short: 20-60 prompt tokens,
-    /// 16-64 out; long: 900-1100 prompt tokens, 16-32 out).
+    /// 16-64 out; long: 900-1100 prompt tokens, 16-32 out; copy: a passage of 80-120
+    /// tokens given twice, 48-64 out, where prompt-lookup drafts find what comes next).
     #[arg(long, default_value = "short:3,long:1")]
     pub prompt_mix: String,
     /// Seconds a request may take before it counts as failed.
