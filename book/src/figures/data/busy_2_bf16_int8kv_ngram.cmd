@@ -1,0 +1,1 @@
+kvlab serve --model models/smollm2-135m-instruct --port PORT --policy continuous-chunked --max-batch-tokens 256 --dtype bf16 --kv int8 --speculative ngram --draft-len 4 & kvlab loadtest --url http://127.0.0.1:PORT --requests 32 --rate 2 --seed 0 --prompt-mix copy:1 --json
