@@ -707,3 +707,78 @@ async fn eight_streams_on_any_weights_and_pool_equal_each_alone_and_generate() {
         }
     }
 }
+
+/// `kvlab loadtest --prompt-mix copy:1` against `kvlab serve --speculative ngram`: the
+/// report names the drafts the server ran and kept (read off `/metrics`, which must agree),
+/// sizes each request's KV in whole blocks from what `/health` says, and gives one TPOT per
+/// request; against the same server without drafts it reports none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_test_reports_the_drafts_the_kv_per_request_and_tpot() {
+    use kvlab::server::loadtest::{self, LoadtestConfig};
+    use kvlab::server::workload::PromptMix;
+    if !real_model_present() {
+        return;
+    }
+    for speculation in [Some(Speculation::new(3, 4).unwrap()), None] {
+        let engine = EngineConfig {
+            policy: Policy::ContinuousChunked,
+            speculation,
+            ..EngineConfig::default()
+        };
+        let server = Server::start(engine).await;
+        let config = LoadtestConfig {
+            url: server.url(""),
+            model: Some(NAME.into()),
+            requests: 4,
+            rate: 100.0,
+            seed: 0,
+            mix: PromptMix::parse("copy:1").unwrap(),
+            timeout_s: 300,
+        };
+        let r = loadtest::run(&config).await.expect("the load test runs");
+        assert_eq!((r.completed, r.failed), (4, 0), "{speculation:?}");
+        let expected: usize = r.per_request.iter().map(|q| q.max_tokens).sum();
+        assert_eq!(
+            r.output_tokens, expected,
+            "ignore_eos: every request runs to max_tokens"
+        );
+        assert_eq!(r.tpot_ms.samples, 4);
+        assert!(r.tpot_ms.p50 > 0.0 && r.tpot_ms.p50.is_finite());
+        // KV of a request: prompt + output rounded up to blocks of 16, 46,080 bytes a
+        // position (f32, 30 layers, 3 KV heads of 64).
+        let positions: Vec<f64> = (r.per_request.iter())
+            .map(|q| ((q.prompt_tokens + q.max_tokens).div_ceil(16) * 16) as f64)
+            .collect();
+        let mean = positions.iter().sum::<f64>() / 4.0;
+        assert_eq!(r.kv_bytes_per_request, Some(mean * 46_080.0));
+        let pool = r.pool_positions.expect("/health names the pool") as f64;
+        assert_eq!(r.requests_in_pool, Some((pool / mean).floor() as u64));
+        let metrics = server
+            .client
+            .get(server.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let drafted = read_value(&metrics, "kvlab_spec_draft_tokens_total").unwrap_or(0.0);
+        let accepted = read_value(&metrics, "kvlab_spec_accepted_tokens_total").unwrap_or(0.0);
+        assert_eq!(
+            (r.drafted_tokens as f64, r.accepted_tokens as f64),
+            (drafted, accepted)
+        );
+        match speculation {
+            Some(_) => {
+                assert_eq!(r.speculation.as_deref(), Some("ngram:3 k=4"));
+                // A copy prompt: the model goes on with the passage, and lookup finds it.
+                assert!(r.accepted_tokens > 0 && r.accepted_tokens <= r.drafted_tokens);
+                assert!(r.accepted_tokens < r.output_tokens as u64);
+            }
+            None => {
+                assert_eq!(r.speculation.as_deref(), Some("none"));
+                assert_eq!((r.drafted_tokens, r.accepted_tokens), (0, 0));
+            }
+        }
+    }
+}
