@@ -753,17 +753,8 @@ async fn a_load_test_reports_the_drafts_the_kv_per_request_and_tpot() {
         assert_eq!(r.kv_bytes_per_request, Some(mean * 46_080.0));
         let pool = r.pool_positions.expect("/health names the pool") as f64;
         assert_eq!(r.requests_in_pool, Some((pool / mean).floor() as u64));
-        let metrics = server
-            .client
-            .get(server.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let drafted = read_value(&metrics, "kvlab_spec_draft_tokens_total").unwrap_or(0.0);
-        let accepted = read_value(&metrics, "kvlab_spec_accepted_tokens_total").unwrap_or(0.0);
+        let drafted = server.metric("kvlab_spec_draft_tokens_total").await;
+        let accepted = server.metric("kvlab_spec_accepted_tokens_total").await;
         assert_eq!(
             (r.drafted_tokens as f64, r.accepted_tokens as f64),
             (drafted, accepted)
