@@ -120,8 +120,8 @@ fn float_types_widen_exactly() {
 
 #[test]
 fn unsupported_quantization_is_named() {
-    let err = dequantize(GgmlType(12), &[0u8; 144], 256).unwrap_err();
-    assert!(err.contains("Q4_K"), "{err}");
+    let err = dequantize(GgmlType(13), &[0u8; 176], 256).unwrap_err();
+    assert!(err.contains("Q5_K"), "{err}");
 }
 
 // ---------------------------------------------------------------------------------
@@ -378,7 +378,8 @@ fn encode(values: &[f32], enc: Enc) -> (u32, Vec<u8>) {
             }
             (3, out)
         }
-        Enc::Raw(ty) => (ty, vec![0; values.len() / 256 * 144]),
+        // Sized as Q5_K (176 bytes per 256 values), the type the tests name.
+        Enc::Raw(ty) => (ty, vec![0; values.len() / 256 * 176]),
     }
 }
 
@@ -907,12 +908,13 @@ fn unsupported_content_is_explained() {
         import_gguf(&path, &out, OutDtype::F32)
     };
 
-    // A K-quant tensor: the message names its type and the tensor.
+    // A K-quant the importer does not read (Q5_K): the message names its type and the
+    // tensor.
     let (mut w, _) = tiny_model(true);
-    w.tensor("blk.0.ffn_up.weight", &[1, 256], &[0.0; 256], Enc::Raw(12));
+    w.tensor("blk.0.ffn_up.weight", &[1, 256], &[0.0; 256], Enc::Raw(13));
     w.tensors
         .retain(|(n, dims, _, _)| n != "blk.0.ffn_up.weight" || dims[0] == 256);
-    let msg = assert_gguf_error(import(&w), "Q4_K");
+    let msg = assert_gguf_error(import(&w), "Q5_K");
     assert!(msg.contains("blk.0.ffn_up.weight"), "{msg}");
 
     let (mut w, _) = tiny_model(true);
@@ -1052,5 +1054,38 @@ fn smollm2_truncated_file_is_an_error() {
         bytes.len() - 1,
     ] {
         assert_gguf_error(parse(bytes[..len].to_vec()), "");
+    }
+}
+
+/// Q5_0, Q4_K and Q6_K (Gemma 3 270M's GGUF) against gguf-py's `dequantize` on random
+/// blocks, every value's bits (fixture: `scripts/gguf-dequant-fixture.py`).
+#[test]
+fn k_quants_match_gguf_py_bit_for_bit() {
+    let text = std::fs::read_to_string("tests/fixtures/gguf_dequant_k.json").unwrap();
+    let fixture: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for (name, ty) in [
+        ("Q5_0", GgmlType::Q5_0),
+        ("Q4_K", GgmlType::Q4_K),
+        ("Q6_K", GgmlType::Q6_K),
+    ] {
+        let case = &fixture[name];
+        let hex = case["bytes_hex"].as_str().unwrap();
+        let bytes: Vec<u8> = (0..hex.len() / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        let expected: Vec<u32> = (case["value_bits"].as_array().unwrap().iter())
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let x = dequantize(ty, &bytes, expected.len()).unwrap();
+        assert_eq!(x.len(), expected.len(), "{name}");
+        for (i, (got, want)) in x.iter().zip(&expected).enumerate() {
+            assert_eq!(
+                got.to_bits(),
+                *want,
+                "{name} value {i} (block {}): kvlab {got}, gguf-py {}",
+                i / ty.block_size().unwrap() as usize,
+                f32::from_bits(*want)
+            );
+        }
     }
 }

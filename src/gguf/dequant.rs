@@ -19,6 +19,7 @@
 //! operations (no fused multiply-add; Rust never fuses on its own). That makes the
 //! imported weights bit-identical to the ones the reference logits were computed from.
 
+use crate::gguf::dequant_k;
 use crate::gguf::reader::GgmlType;
 use half::{bf16, f16};
 
@@ -75,9 +76,24 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], n_elements: usize) -> Result<Vec<f
                 dequantize_q4_1_block(block, &mut out);
             }
         }
+        GgmlType::Q5_0 => {
+            for block in bytes.chunks_exact(2 + 4 + QK / 2) {
+                dequant_k::dequantize_q5_0_block(block, &mut out);
+            }
+        }
+        GgmlType::Q4_K => {
+            for block in bytes.chunks_exact(144) {
+                dequant_k::dequantize_q4_k_block(block, &mut out);
+            }
+        }
+        GgmlType::Q6_K => {
+            for block in bytes.chunks_exact(210) {
+                dequant_k::dequantize_q6_k_block(block, &mut out);
+            }
+        }
         other => {
             return Err(format!(
-                "{other} is not supported: kvlab's importer dequantizes F32, F16, BF16, Q8_0, Q4_0 and Q4_1 \
+                "{other} is not supported: kvlab's importer dequantizes F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K \
                  (re-quantize the model to one of these, e.g. with llama.cpp's llama-quantize)"
             ))
         }
@@ -140,8 +156,8 @@ mod tests {
 
     #[test]
     fn unsupported_type_is_named() {
-        let err = dequantize(GgmlType(12), &[0; 144], 256).unwrap_err();
-        assert!(err.contains("Q4_K"), "{err}");
+        let err = dequantize(GgmlType(13), &[0; 176], 256).unwrap_err();
+        assert!(err.contains("Q5_K"), "{err}");
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! kernels compute (those also quantize the activations).
 
 pub mod dequant;
+pub mod dequant_k;
 pub mod layout;
 pub mod reader;
 pub mod tokenizer;
