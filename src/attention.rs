@@ -73,7 +73,7 @@ pub fn attention_over<R: KvHeads + ?Sized>(
     start_pos: usize,
     heads: Heads,
 ) -> Vec<f32> {
-    attention_observed(rows, q, start_pos, heads, false).0
+    attention_observed(rows, q, start_pos, heads, None, false).0
 }
 
 // ANCHOR: attention_observed
@@ -83,11 +83,16 @@ pub fn attention_over<R: KvHeads + ?Sized>(
 /// branch per task). H2O ranks tokens by this sum (`src/cache/h2o.rs`). The sums run
 /// in a fixed order (rows, then heads within a task; tasks in order), so two caches
 /// that hand attention the same rows get the same bits.
+///
+/// `window`: a local layer's (Gemma 3): the query at position `p` sees only positions
+/// `p + 1 - window ..= p`, the sliding-window mask (Beltagy et al. 2020) added to the
+/// causal one. `None` is the whole prefix.
 pub fn attention_observed<R: KvHeads + ?Sized>(
     rows: &R,
     q: &[f32],
     start_pos: usize,
     heads: Heads,
+    window: Option<usize>,
     observe: bool,
 ) -> (Vec<f32>, Vec<f32>) {
     let Heads {
@@ -108,7 +113,7 @@ pub fn attention_observed<R: KvHeads + ?Sized>(
         .par_iter()
         .map(|&(i0, kv_head)| {
             let q_rows = &q[i0 * q_dim..(n.min(i0 + QUERY_ROWS)) * q_dim];
-            attend_group(rows, q_rows, start_pos + i0, kv_head, heads, observe)
+            attend_group(rows, q_rows, start_pos + i0, kv_head, heads, window, observe)
         })
         .collect();
     let mut out = vec![0.0f32; q.len()]; // [n, n_heads * head_dim]
@@ -178,6 +183,7 @@ fn attend_group<R: KvHeads + ?Sized>(
     first_pos: usize,
     kv_head: usize,
     heads: Heads,
+    window: Option<usize>,
     observe: bool,
 ) -> (Vec<f32>, Vec<f32>) {
     let Heads {
@@ -189,16 +195,21 @@ fn attend_group<R: KvHeads + ?Sized>(
     let scale = 1.0 / (head_dim as f32).sqrt();
     let m = q_rows.len() / (n_heads * head_dim);
     let end = first_pos + m; // keys 0..end: the causal horizon of the last row
+    // The oldest key row `i` sees: 0, or the start of its window. A key no row of this
+    // task sees is never read (a local layer's decode reads `window` keys, not them all).
+    let oldest = |i: usize| window.map_or(0, |w| (first_pos + i + 1).saturating_sub(w));
 
     // Scores, `[m, kv_mul, end]`: each key is read once, in place, and scored
     // against every query row and head of the group that can see it.
     let mut scores = vec![0.0f32; m * kv_mul * end];
     // Where a quantized cache dequantizes one head's run ([`KvHeads`]); unused by f32 rows.
     let (mut key_buf, mut value_buf) = (vec![0.0f32; head_dim], vec![0.0f32; head_dim]);
-    for j in 0..end {
+    for j in oldest(0)..end {
         let key = rows.key_head(j, kv_head, head_dim, &mut key_buf);
-        // Rows whose position reaches key `j` (the causal mask).
-        for i in j.saturating_sub(first_pos)..m {
+        // Rows whose position reaches key `j` (the causal mask), and whose window still
+        // holds it (row `i` sees `j` while `first_pos + i < j + window`).
+        let last_row = window.map_or(m, |w| m.min((j + w).saturating_sub(first_pos)));
+        for i in j.saturating_sub(first_pos)..last_row {
             for g in 0..kv_mul {
                 let q_head = &q_rows[(i * n_heads + kv_head * kv_mul + g) * head_dim..][..head_dim];
                 scores[(i * kv_mul + g) * end + j] = score(q_head, key);
@@ -213,18 +224,19 @@ fn attend_group<R: KvHeads + ?Sized>(
         .zip(out.chunks_exact_mut(kv_mul * head_dim))
         .enumerate()
     {
-        // The causal mask: position `first_pos + i` attends to positions 0..=first_pos + i.
-        let seen = first_pos + i + 1;
+        // The causal mask: position `first_pos + i` attends to positions up to its own,
+        // from the oldest its window holds.
+        let (from, seen) = (oldest(i), first_pos + i + 1);
         for (s, out_head) in scores_i
             .chunks_exact_mut(end)
             .zip(out_i.chunks_exact_mut(head_dim))
         {
-            let s = &mut s[..seen];
+            let s = &mut s[from..seen];
             for x in s.iter_mut() {
                 *x *= scale;
             }
             softmax(s);
-            for (r, &p) in received.iter_mut().zip(s.iter()) {
+            for (r, &p) in received.iter_mut().skip(from).zip(s.iter()) {
                 *r += p;
             }
             // out = Σ_j p_j · v_j, in order of j, `VALUE_BLOCK` dimensions at a time
@@ -237,7 +249,7 @@ fn attend_group<R: KvHeads + ?Sized>(
                 match width {
                     VALUE_BLOCK => {
                         let mut acc = [0.0f32; VALUE_BLOCK];
-                        for (j, &p) in s.iter().enumerate() {
+                        for (j, &p) in (from..).zip(s.iter()) {
                             let v = rows.value_head(j, kv_head, head_dim, &mut value_buf);
                             let v: &[f32; VALUE_BLOCK] =
                                 v[d0..][..width].try_into().expect("block");
@@ -248,7 +260,7 @@ fn attend_group<R: KvHeads + ?Sized>(
                         out_block.copy_from_slice(&acc);
                     }
                     _ => {
-                        for (j, &p) in s.iter().enumerate() {
+                        for (j, &p) in (from..).zip(s.iter()) {
                             let v = rows.value_head(j, kv_head, head_dim, &mut value_buf);
                             for (o, &v) in out_block.iter_mut().zip(&v[d0..][..width]) {
                                 *o = p.mul_add(v, *o);
@@ -268,7 +280,7 @@ impl KvView<'_> {
     /// a copy of [`attention_over`] compiled for its layout (no per-row dispatch).
     /// `rows_before`: the rows that precede the first query (its causal horizon).
     pub fn attend(&self, q: &[f32], rows_before: usize, heads: Heads) -> Vec<f32> {
-        self.attend_observed(q, rows_before, heads, false).0
+        self.attend_observed(q, rows_before, heads, None, false).0
     }
 
     /// [`KvView::attend`], and the attention each row received when `observe` is set
@@ -278,16 +290,17 @@ impl KvView<'_> {
         q: &[f32],
         rows_before: usize,
         heads: Heads,
+        window: Option<usize>,
         observe: bool,
     ) -> (Vec<f32>, Vec<f32>) {
         match self {
-            KvView::Contiguous(rows) => attention_observed(rows, q, rows_before, heads, observe),
-            KvView::Paged(rows) => attention_observed(rows, q, rows_before, heads, observe),
-            KvView::Ring(rows) => attention_observed(rows, q, rows_before, heads, observe),
-            KvView::Indexed(rows) => attention_observed(rows, q, rows_before, heads, observe),
-            KvView::Quantized(rows) => attention_observed(rows, q, rows_before, heads, observe),
+            KvView::Contiguous(rows) => attention_observed(rows, q, rows_before, heads, window, observe),
+            KvView::Paged(rows) => attention_observed(rows, q, rows_before, heads, window, observe),
+            KvView::Ring(rows) => attention_observed(rows, q, rows_before, heads, window, observe),
+            KvView::Indexed(rows) => attention_observed(rows, q, rows_before, heads, window, observe),
+            KvView::Quantized(rows) => attention_observed(rows, q, rows_before, heads, window, observe),
             KvView::PagedQuantized(rows) => {
-                attention_observed(rows, q, rows_before, heads, observe)
+                attention_observed(rows, q, rows_before, heads, window, observe)
             }
         }
     }

@@ -61,6 +61,8 @@ impl Kernels for Learner {
         }
     }
 
+    /// The exercises' attention has no window: [`decoder`] and [`check_kernels`] refuse
+    /// a model with local layers (`refuse_local_layers`) before it could get here.
     fn attention(
         &self,
         q: &[f32],
@@ -68,7 +70,9 @@ impl Kernels for Learner {
         values: &[f32],
         start_pos: usize,
         heads: Heads,
+        window: Option<usize>,
     ) -> Vec<f32> {
+        debug_assert!(window.is_none(), "refused by refuse_local_layers");
         let Heads {
             n_heads,
             n_kv_heads,
@@ -290,6 +294,9 @@ pub fn decoder<'a>(
             textbook::cached_decoder(model, &Learner, TextbookCache { layers })
         })))
     }
+    if let Err(e) = refuse_local_layers(model) {
+        return Box::new(Guarded(Err(e)));
+    }
     match (path, paged_blocks) {
         (PathKind::Naive, _) => Box::new(Guarded(Ok(textbook::naive_decoder(model, &Learner)))),
         (PathKind::Cached, None) => on(model, || LearnerCache::new(model, capacity)),
@@ -297,6 +304,17 @@ pub fn decoder<'a>(
             LearnerPagedCache::new(model, capacity, block_size)
         }),
     }
+}
+
+/// The exercises build a Llama layer: their attention sees the whole prefix, and no
+/// exercise writes QK-norm or the sandwich norms. Gemma 3 runs on kvlab's own kernels.
+fn refuse_local_layers(model: &Model) -> Result<()> {
+    if model.config.is_gemma3() {
+        return Err(Error::InvalidArgument(
+            "`--impl learner` runs Llama-shaped models (the exercises' attention has no sliding window, and no exercise builds QK-norm): run this Gemma 3 model with `--impl kvlab`".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Runs the learner's code: a panic becomes an error naming the fix. AssertUnwindSafe:
@@ -455,9 +473,10 @@ impl Kernels for Checked<'_> {
         values: &[f32],
         start_pos: usize,
         heads: Heads,
+        window: Option<usize>,
     ) -> Vec<f32> {
-        let yours = self.yours.attention(q, keys, values, start_pos, heads);
-        let reference = textbook::Reference.attention(q, keys, values, start_pos, heads);
+        let yours = self.yours.attention(q, keys, values, start_pos, heads, window);
+        let reference = textbook::Reference.attention(q, keys, values, start_pos, heads, window);
         let which = if start_pos == 0 {
             CAUSAL_ATTENTION
         } else {
@@ -543,6 +562,7 @@ pub fn check_kernels(
     prompt: &[u32],
     decode_steps: usize,
 ) -> Result<Vec<KernelCheck>> {
+    refuse_local_layers(model)?;
     let capacity = prompt.len().saturating_add(decode_steps);
     let your_caches = || -> Vec<(usize, Box<dyn LayerCache>)> {
         vec![
@@ -722,8 +742,16 @@ mod tests {
                 }
             }
         }
-        fn attention(&self, q: &[f32], k: &[f32], v: &[f32], start: usize, h: Heads) -> Vec<f32> {
-            Learner.attention(q, k, v, start, h)
+        fn attention(
+            &self,
+            q: &[f32],
+            k: &[f32],
+            v: &[f32],
+            start: usize,
+            h: Heads,
+            window: Option<usize>,
+        ) -> Vec<f32> {
+            Learner.attention(q, k, v, start, h, window)
         }
     }
 

@@ -287,15 +287,29 @@ pub fn load_model(dir: &Path) -> Result<Model> {
 fn model_from(config: Config, w: &WeightFiles) -> Result<Model> {
     let dim = config.hidden_size;
     let hidden = config.intermediate_size;
-    let q_dim = config.num_attention_heads * config.head_dim();
-    let kv_dim = config.n_kv_heads() * config.head_dim();
+    let head_dim = config.head_dim();
+    let q_dim = config.num_attention_heads * head_dim;
+    let kv_dim = config.n_kv_heads() * head_dim;
     let vocab = config.vocab_size;
+    let names = NormNames::of(&config);
+    // A norm as the factor it multiplies by (Gemma stores `w` for `1 + w`).
+    let norm = |name: &str, len: usize| -> Result<Array1<f32>> {
+        let weight = w.vector(name, len)?;
+        Ok(if config.is_gemma3() {
+            weight.mapv(|v| v + GEMMA_NORM_OFFSET)
+        } else {
+            weight
+        })
+    };
+    let gemma_norm = |name: String, len: usize| -> Result<Option<Array1<f32>>> {
+        config.is_gemma3().then(|| norm(&name, len)).transpose()
+    };
 
     let mut layers = Vec::with_capacity(config.num_hidden_layers);
     for l in 0..config.num_hidden_layers {
         let p = format!("model.layers.{l}");
         layers.push(Layer {
-            attn_norm: w.vector(&format!("{p}.input_layernorm.weight"), dim)?,
+            attn_norm: norm(&format!("{p}.input_layernorm.weight"), dim)?,
             wq: w.linear(&format!("{p}.self_attn.q_proj.weight"), q_dim, dim)?,
             wk: w.linear(&format!("{p}.self_attn.k_proj.weight"), kv_dim, dim)?,
             wv: w.linear(&format!("{p}.self_attn.v_proj.weight"), kv_dim, dim)?,
@@ -303,10 +317,14 @@ fn model_from(config: Config, w: &WeightFiles) -> Result<Model> {
             bq: w.optional_vector(&format!("{p}.self_attn.q_proj.bias"), q_dim)?,
             bk: w.optional_vector(&format!("{p}.self_attn.k_proj.bias"), kv_dim)?,
             bv: w.optional_vector(&format!("{p}.self_attn.v_proj.bias"), kv_dim)?,
-            mlp_norm: w.vector(&format!("{p}.post_attention_layernorm.weight"), dim)?,
+            mlp_norm: norm(&format!("{p}.{}.weight", names.pre_mlp), dim)?,
             w_gate: w.linear(&format!("{p}.mlp.gate_proj.weight"), hidden, dim)?,
             w_up: w.linear(&format!("{p}.mlp.up_proj.weight"), hidden, dim)?,
             w_down: w.linear(&format!("{p}.mlp.down_proj.weight"), dim, hidden)?,
+            q_norm: gemma_norm(format!("{p}.self_attn.q_norm.weight"), head_dim)?,
+            k_norm: gemma_norm(format!("{p}.self_attn.k_norm.weight"), head_dim)?,
+            post_attn_norm: gemma_norm(format!("{p}.post_attention_layernorm.weight"), dim)?,
+            post_mlp_norm: gemma_norm(format!("{p}.post_feedforward_layernorm.weight"), dim)?,
         });
     }
     let embed = w.matrix("model.embed_tokens.weight", vocab, dim)?;
@@ -319,12 +337,39 @@ fn model_from(config: Config, w: &WeightFiles) -> Result<Model> {
     Ok(Model {
         embed,
         layers,
-        final_norm: w.vector("model.norm.weight", dim)?,
+        final_norm: norm("model.norm.weight", dim)?,
         lm_head,
         tied_embeddings,
         config,
     })
 }
+
+// ANCHOR: norm_names
+/// Gemma's RMSNorm multiplies by `1 + w` (transformers' `Gemma3RMSNorm`:
+/// `output * (1.0 + self.weight.float())`), so that a weight initialised at 0 is the
+/// identity; Llama's multiplies by `w`. The loader adds this to every Gemma norm.
+pub const GEMMA_NORM_OFFSET: f32 = 1.0;
+
+/// The tensor name of the norm before the MLP. Llama calls it
+/// `post_attention_layernorm` (it comes after the attention block); Gemma 3 uses that
+/// name for the norm *of* the attention's output (its sandwich) and calls the MLP's
+/// input norm `pre_feedforward_layernorm`.
+struct NormNames {
+    pre_mlp: &'static str,
+}
+
+impl NormNames {
+    fn of(config: &Config) -> NormNames {
+        NormNames {
+            pre_mlp: if config.is_gemma3() {
+                "pre_feedforward_layernorm"
+            } else {
+                "post_attention_layernorm"
+            },
+        }
+    }
+}
+// ANCHOR_END: norm_names
 
 /// The error for a model path that is not a folder: missing, or a file given
 /// where the folder that holds it was meant.
@@ -389,20 +434,43 @@ pub fn save_model(model: &Model, dir: &Path) -> Result<()> {
     let mut put_vec = |name: String, a: &Array1<f32>| {
         tensors.push((name, vec![a.len()], to_le_bytes(a.iter())));
     };
+    let gemma = model.config.is_gemma3();
+    // The checkpoint's convention: Gemma's norms are stored as `factor - 1`.
+    let stored = |a: &Array1<f32>| {
+        if gemma {
+            a.mapv(|v| v - GEMMA_NORM_OFFSET)
+        } else {
+            a.clone()
+        }
+    };
+    let names = NormNames::of(&model.config);
     for (l, layer) in model.layers.iter().enumerate() {
         let p = format!("model.layers.{l}");
-        put_vec(format!("{p}.input_layernorm.weight"), &layer.attn_norm);
         put_vec(
-            format!("{p}.post_attention_layernorm.weight"),
-            &layer.mlp_norm,
+            format!("{p}.input_layernorm.weight"),
+            &stored(&layer.attn_norm),
         );
+        put_vec(
+            format!("{p}.{}.weight", names.pre_mlp),
+            &stored(&layer.mlp_norm),
+        );
+        for (name, norm) in [
+            ("self_attn.q_norm", &layer.q_norm),
+            ("self_attn.k_norm", &layer.k_norm),
+            ("post_attention_layernorm", &layer.post_attn_norm),
+            ("post_feedforward_layernorm", &layer.post_mlp_norm),
+        ] {
+            if let Some(norm) = norm {
+                put_vec(format!("{p}.{name}.weight"), &stored(norm));
+            }
+        }
         for (name, bias) in [("q", &layer.bq), ("k", &layer.bk), ("v", &layer.bv)] {
             if let Some(b) = bias {
                 put_vec(format!("{p}.self_attn.{name}_proj.bias"), b);
             }
         }
     }
-    put_vec("model.norm.weight".into(), &model.final_norm);
+    put_vec("model.norm.weight".into(), &stored(&model.final_norm));
 
     let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
         .iter()

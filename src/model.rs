@@ -17,7 +17,7 @@ use crate::attention::Heads;
 use crate::cache::source::BatchKv;
 pub use crate::cache::source::KvSource;
 use crate::cache::view::KvView;
-use crate::config::Config;
+use crate::config::{Activation, Config};
 use crate::error::{Error, Result};
 use crate::ops;
 use crate::simd::WeightElem;
@@ -27,6 +27,8 @@ use rayon::prelude::*;
 // ANCHOR: weights
 /// One transformer block's weights. Matrices are `[d_in, d_out]`: PyTorch's
 /// `[d_out, d_in]` transposed at load time, so `y = x · W` reads contiguous rows of `W`.
+/// A norm holds the factor each normalised element is multiplied by: Gemma's checkpoints
+/// store `w` for a factor of `1 + w`, and the loader adds the 1 (`loader::norm_offset`).
 /// Their element type `E` is f32 as loaded, bf16 (`Model::to_bf16`, half the bytes for
 /// memory-bound decode) or int8 blocks (`Model::to_int8`: the array is then
 /// `[d_in / 32, d_out / 16]` blocks, see `simd::q8`); norms and biases stay f32.
@@ -53,6 +55,14 @@ pub struct Layer<E = f32> {
     pub w_up: Array2<E>,
     /// `[hidden, dim]`
     pub w_down: Array2<E>,
+    /// Gemma 3's QK-norm: an RMSNorm of every query head and every key head before RoPE,
+    /// `[head_dim]` each, shared by the heads; None for Llama.
+    pub q_norm: Option<Array1<f32>>,
+    pub k_norm: Option<Array1<f32>>,
+    /// Gemma 3's sandwich norms: the attention's and the MLP's outputs are normalised
+    /// before they join the residual stream, `[dim]` each; None for Llama.
+    pub post_attn_norm: Option<Array1<f32>>,
+    pub post_mlp_norm: Option<Array1<f32>>,
 }
 
 /// The whole model: weight matrices of element type `E` (f32 unless converted).
@@ -161,6 +171,13 @@ impl PassObserver for NoObserver {
     }
 }
 // ANCHOR_END: observer
+
+/// RMSNorm of every row of `x` (rows of `weight.len()`), into a new buffer.
+fn normed(x: &[f32], weight: &Array1<f32>, eps: f32) -> Vec<f32> {
+    let mut out = vec![0.0f32; x.len()];
+    ops::rmsnorm(x, s(weight), eps, &mut out);
+    out
+}
 
 /// Reads a standard-layout array as a slice. Every array here is built
 /// contiguous (by the loader or by `Array2::zeros`), so this cannot fail.
@@ -278,6 +295,18 @@ impl<E: WeightElem> Model<E> {
             span.observe = kv.observes_attention(i);
         }
         // ANCHOR_END: rows_before
+        // A local layer's window counts positions; a cache that evicts rows (a window
+        // imposed at run time, H2O) no longer knows which position a row held.
+        if c.has_local_layers() {
+            if let Some(span) = spans.iter().find(|s| s.rows_before != s.start_pos) {
+                return Err(Error::InvalidArgument(format!(
+                    "this model's local layers attend to the last {} positions, and its cache evicted rows ({} held for {} positions): use a cache that keeps every position (--kv full)",
+                    c.gemma.sliding_window.unwrap_or(0),
+                    span.rows_before,
+                    span.start_pos
+                )));
+            }
+        }
         let n: usize = spans.iter().map(|s| s.n_rows).sum();
 
         // Token embedding: row `token` of the table.        x: [n, dim]
@@ -285,13 +314,25 @@ impl<E: WeightElem> Model<E> {
         for (i, &token) in batch.iter().copied().flatten().enumerate() {
             x.row_mut(i).assign(&self.embed.row(token as usize));
         }
+        // Gemma scales the embedding by √dim (its LM head, tied to the table, does not).
+        if let Some(scale) = c.embed_scale() {
+            x.mapv_inplace(|v| v * scale);
+        }
 
-        // RoPE angles for each row's true position in its own sequence.
-        let rope: Vec<(Vec<f32>, Vec<f32>)> = spans
-            .iter()
-            .flat_map(|s| s.start_pos..s.start_pos + s.n_rows)
-            .map(|pos| ops::rope_cos_sin(pos, heads.head_dim, c.rope_theta))
-            .collect();
+        // RoPE angles for each row's true position in its own sequence, one table per
+        // base: Gemma 3's local and global layers turn at different speeds.
+        let positions = || spans.iter().flat_map(|s| s.start_pos..s.start_pos + s.n_rows);
+        let mut rope_tables: Vec<(f64, Vec<(Vec<f32>, Vec<f32>)>)> = Vec::new();
+        for l in 0..layers.len() {
+            let theta = c.layer_rope_theta(l);
+            if !rope_tables.iter().any(|(t, _)| *t == theta) {
+                let table = positions()
+                    .map(|pos| ops::rope_cos_sin(pos, heads.head_dim, theta))
+                    .collect();
+                rope_tables.push((theta, table));
+            }
+        }
+        let activation = c.activation()?;
         let eps = c.rms_norm_eps as f32;
         let linear = |input: &[f32], w: &Array2<E>| {
             let (d_in, d_out) = E::dims(w);
@@ -304,6 +345,14 @@ impl<E: WeightElem> Model<E> {
         let mut xb = vec![0.0f32; n * dim]; // normalised input of a sub-block, [n, dim]
         for (l, layer) in layers.iter().enumerate() {
             let x_s = x.as_slice_mut().expect("x is contiguous");
+            let theta = c.layer_rope_theta(l);
+            let rope = &rope_tables
+                .iter()
+                .find(|(t, _)| *t == theta)
+                .expect("a table per base")
+                .1;
+            // Positions this layer's queries reach back: all of them, or a local layer's window.
+            let window = c.layer_window(l);
 
             // ---- attention block ----
             let (q, k, v) = in_pool(|| {
@@ -326,6 +375,11 @@ impl<E: WeightElem> Model<E> {
                     if let Some(b) = bias {
                         ops::add_bias(t, s(b));
                     }
+                }
+                // QK-norm (Gemma 3): each head of each row is one RMSNorm row of head_dim.
+                if let (Some(q_norm), Some(k_norm)) = (&layer.q_norm, &layer.k_norm) {
+                    q = normed(&q, q_norm, eps);
+                    k = normed(&k, k_norm, eps);
                 }
                 for (i, (cos, sin)) in rope.iter().enumerate() {
                     let head_dim = heads.head_dim;
@@ -358,7 +412,7 @@ impl<E: WeightElem> Model<E> {
                     .zip(&spans)
                     .map(|(rows, span)| {
                         let q = &q[span.rows(q_dim)];
-                        rows.attend_observed(q, span.rows_before, heads, span.observe)
+                        rows.attend_observed(q, span.rows_before, heads, window, span.observe)
                     })
                     .unzip();
                 for (i, (span, out)) in spans.iter().zip(&attn).enumerate() {
@@ -366,7 +420,11 @@ impl<E: WeightElem> Model<E> {
                     observer.attention(l, i, q, &kv_rows[i], span.rows_before, heads, out);
                 }
                 let attn = attn.concat(); // [n, n_heads * head_dim]
-                ops::add_inplace(x_s, &linear(&attn, &layer.wo));
+                let mut out = linear(&attn, &layer.wo); // [n, dim]
+                if let Some(w) = &layer.post_attn_norm {
+                    out = normed(&out, w, eps); // Gemma's sandwich: normalise, then add
+                }
+                ops::add_inplace(x_s, &out);
 
                 // ---- MLP block ----
                 ops::rmsnorm(x_s, s(&layer.mlp_norm), eps, &mut xb);
@@ -377,8 +435,15 @@ impl<E: WeightElem> Model<E> {
                     (s(&layer.w_up), &mut up[..]),
                 ];
                 ops::matmuls(&xb, dim, gate_up);
-                ops::swiglu(&mut gate, &up);
-                ops::add_inplace(x_s, &linear(&gate, &layer.w_down));
+                match activation {
+                    Activation::Silu => ops::swiglu(&mut gate, &up),
+                    Activation::GeluTanh => ops::geglu(&mut gate, &up),
+                }
+                let mut out = linear(&gate, &layer.w_down); // [n, dim]
+                if let Some(w) = &layer.post_mlp_norm {
+                    out = normed(&out, w, eps);
+                }
+                ops::add_inplace(x_s, &out);
                 received
             });
             // ANCHOR: observe
@@ -437,6 +502,10 @@ impl<E: WeightElem> Model<E> {
                     + weights(&l.w_gate)
                     + weights(&l.w_up)
                     + weights(&l.w_down)
+                    + [&l.q_norm, &l.k_norm, &l.post_attn_norm, &l.post_mlp_norm]
+                        .iter()
+                        .map(|n| n.as_ref().map_or(0, |n| n.len()))
+                        .sum::<usize>()
             })
             .sum();
         self.embed.len()

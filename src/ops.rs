@@ -301,6 +301,29 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
 }
 // ANCHOR_END: swiglu
 
+// ANCHOR: geglu
+/// √(2/π), the constant of GELU's tanh approximation.
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+/// GELU, tanh approximation (Hendrycks & Gimpel 2016; PyTorch's `gelu(approximate="tanh")`,
+/// transformers' `gelu_pytorch_tanh`): `x/2·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+pub fn gelu_tanh(x: f32) -> f32 {
+    let inner = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+    0.5 * x * (1.0 + inner.tanh())
+}
+
+/// GeGLU (Shazeer 2020), Gemma's MLP: `gate = gelu_tanh(gate) * up`, in place.
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    gate.par_chunks_mut(4096)
+        .zip(up.par_chunks(4096))
+        .for_each(|(gate, up)| {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                *g = gelu_tanh(*g) * u;
+            }
+        });
+}
+// ANCHOR_END: geglu
+
 /// `x += y`, element by element: the residual connection.
 pub fn add_inplace(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {

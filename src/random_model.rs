@@ -55,9 +55,16 @@ impl Model {
         let mut vector = |len: usize, center: f32, spread: f32| {
             Array1::from_shape_fn(len, |_| center + rng.symmetric(spread))
         };
+        let head_dim = c.head_dim();
         for [wq, wk, wv, wo, w_gate, w_up, w_down] in layer_mats {
             let bias = c.attention_bias;
+            // Gemma 3's extra norms (QK-norm, the sandwich), as factors near 1.
+            let gemma = c.is_gemma3();
             layers.push(Layer {
+                q_norm: gemma.then(|| vector(head_dim, 1.0, 0.2)),
+                k_norm: gemma.then(|| vector(head_dim, 1.0, 0.2)),
+                post_attn_norm: gemma.then(|| vector(dim, 1.0, 0.2)),
+                post_mlp_norm: gemma.then(|| vector(dim, 1.0, 0.2)),
                 attn_norm: vector(dim, 1.0, 0.2),
                 bq: bias.then(|| vector(q_dim, 0.0, 0.1)),
                 bk: bias.then(|| vector(kv_dim, 0.0, 0.1)),

@@ -36,7 +36,8 @@ use crate::error::{Error, Result};
 use crate::generate::{Decoder, PathKind};
 // `slice(&array)`: a weight's floats, row-major (`model.rs`'s `s`).
 use crate::model::{s as slice, Model};
-use crate::ops::{apply_rope, rmsnorm, rope_cos_sin, softmax};
+use crate::config::Activation;
+use crate::ops::{apply_rope, gelu_tanh, rmsnorm, rope_cos_sin, softmax};
 
 // ANCHOR: textbook_cache
 /// One layer's KV cache, as the cached path uses it: append each new position's K and V,
@@ -142,7 +143,8 @@ pub trait Kernels {
     /// Rotates every head of one row at position `pos`: `x` is `[heads * head_dim]`.
     fn rope(&self, x: &mut [f32], pos: usize, head_dim: usize, theta: f64);
     /// Causal attention of `q` (`[n, n_heads * head_dim]`, positions `start_pos..`) over
-    /// `keys` and `values` (`[start_pos + n, n_kv_heads * head_dim]`), as [`attention`].
+    /// `keys` and `values` (`[start_pos + n, n_kv_heads * head_dim]`), as [`attention`];
+    /// a local layer's `window` (Gemma 3) hides the keys older than it.
     fn attention(
         &self,
         q: &[f32],
@@ -150,6 +152,7 @@ pub trait Kernels {
         values: &[f32],
         start_pos: usize,
         heads: Heads,
+        window: Option<usize>,
     ) -> Vec<f32>;
 }
 
@@ -172,8 +175,9 @@ impl Kernels for Reference {
         values: &[f32],
         start_pos: usize,
         heads: Heads,
+        window: Option<usize>,
     ) -> Vec<f32> {
-        attention(q, keys, values, start_pos, heads)
+        attention(q, keys, values, start_pos, heads, window)
     }
 }
 // ANCHOR_END: textbook_kernels
@@ -214,9 +218,22 @@ pub fn forward<L: LayerCache>(
         .iter()
         .flat_map(|&t| model.embed.row(t as usize).to_vec())
         .collect();
+    // Gemma: the embedding times √dim.
+    if let Some(scale) = c.embed_scale() {
+        x.iter_mut().for_each(|x| *x *= scale);
+    }
     let mut xb = vec![0.0f32; n * dim]; // a sub-block's normalised input, [n, dim]
+    // RMSNorm into a new buffer: Gemma's QK-norm (rows of head_dim) and sandwich norms.
+    let normed = |x: &[f32], weight: &[f32]| {
+        let mut out = vec![0.0f32; x.len()];
+        kernels.rmsnorm(x, weight, eps, &mut out);
+        out
+    };
+    let activation = c.activation()?;
 
     for (l, layer) in model.layers.iter().enumerate() {
+        // A local layer (Gemma 3) sees `window` positions and turns RoPE at its own base.
+        let (window, theta) = (c.layer_window(l), c.layer_rope_theta(l));
         // ---- attention block ----
         kernels.rmsnorm(&x, slice(&layer.attn_norm), eps, &mut xb);
         let mut q = matmul(&xb, slice(&layer.wq), dim, q_dim); // [n, n_heads * head_dim]
@@ -233,21 +250,16 @@ pub fn forward<L: LayerCache>(
                 }
             }
         }
+        // QK-norm (Gemma 3): every head of q and k normalised on its own.
+        if let (Some(q_norm), Some(k_norm)) = (&layer.q_norm, &layer.k_norm) {
+            q = normed(&q, slice(q_norm));
+            k = normed(&k, slice(k_norm));
+        }
         // RoPE: each row turns by its own position (Su et al. 2021).
         for i in 0..n {
             let pos = start_pos + i;
-            kernels.rope(
-                &mut q[i * q_dim..][..q_dim],
-                pos,
-                heads.head_dim,
-                c.rope_theta,
-            );
-            kernels.rope(
-                &mut k[i * kv_dim..][..kv_dim],
-                pos,
-                heads.head_dim,
-                c.rope_theta,
-            );
+            kernels.rope(&mut q[i * q_dim..][..q_dim], pos, heads.head_dim, theta);
+            kernels.rope(&mut k[i * kv_dim..][..kv_dim], pos, heads.head_dim, theta);
         }
         // The one difference between the paths: where the keys and values come from.
         let (keys, values): (&[f32], &[f32]) = match cache.as_deref_mut() {
@@ -271,19 +283,28 @@ pub fn forward<L: LayerCache>(
                 start_pos + n
             )));
         }
-        let attn = kernels.attention(&q, keys, values, start_pos, heads); // [n, n_heads * head_dim]
-        let out = matmul(&attn, slice(&layer.wo), q_dim, dim);
+        let attn = kernels.attention(&q, keys, values, start_pos, heads, window); // [n, n_heads * head_dim]
+        let mut out = matmul(&attn, slice(&layer.wo), q_dim, dim);
+        if let Some(w) = &layer.post_attn_norm {
+            out = normed(&out, slice(w)); // Gemma's sandwich norm
+        }
         x.iter_mut().zip(&out).for_each(|(x, o)| *x += o); // residual
 
-        // ---- MLP block: SwiGLU (Shazeer 2020) ----
+        // ---- MLP block: SwiGLU (Shazeer 2020), or Gemma's GeGLU ----
         kernels.rmsnorm(&x, slice(&layer.mlp_norm), eps, &mut xb);
         let mut gate = matmul(&xb, slice(&layer.w_gate), dim, hidden); // [n, hidden]
         let up = matmul(&xb, slice(&layer.w_up), dim, hidden); // [n, hidden]
         for (g, &u) in gate.iter_mut().zip(&up) {
-            let silu = *g / (1.0 + (-*g).exp()); // silu(g) = g·σ(g)
-            *g = silu * u;
+            let act = match activation {
+                Activation::Silu => *g / (1.0 + (-*g).exp()), // silu(g) = g·σ(g)
+                Activation::GeluTanh => gelu_tanh(*g),
+            };
+            *g = act * u;
         }
-        let out = matmul(&gate, slice(&layer.w_down), hidden, dim);
+        let mut out = matmul(&gate, slice(&layer.w_down), hidden, dim);
+        if let Some(w) = &layer.post_mlp_norm {
+            out = normed(&out, slice(w));
+        }
         x.iter_mut().zip(&out).for_each(|(x, o)| *x += o); // residual
     }
 
@@ -299,13 +320,15 @@ pub fn forward<L: LayerCache>(
 /// Causal self-attention (Vaswani et al. 2017): `out = softmax(q·Kᵀ / √head_dim + mask) · V`.
 /// `q`: `[n, n_heads * head_dim]` at positions `start_pos..start_pos + n`; `keys`,
 /// `values`: `[start_pos + n, n_kv_heads * head_dim]`. Query head `h` reads KV head
-/// `h / kv_mul` (GQA; MHA is `kv_mul = 1`, MQA is one KV head).
+/// `h / kv_mul` (GQA; MHA is `kv_mul = 1`, MQA is one KV head). With a `window` (a
+/// Gemma 3 local layer), position `pos` sees only the `window` positions ending at its own.
 pub fn attention(
     q: &[f32],
     keys: &[f32],
     values: &[f32],
     start_pos: usize,
     heads: Heads,
+    window: Option<usize>,
 ) -> Vec<f32> {
     let Heads {
         n_heads,
@@ -333,6 +356,12 @@ pub fn attention(
             //    exp(-inf) = 0, so they get no weight; adding those zeros changes no bit.
             for s in &mut scores[pos + 1..] {
                 *s = f32::NEG_INFINITY;
+            }
+            //    The sliding window: neither may it see the positions before its window.
+            if let Some(window) = window {
+                for s in &mut scores[..(pos + 1).saturating_sub(window)] {
+                    *s = f32::NEG_INFINITY;
+                }
             }
             // 3. Softmax: the scores become weights that sum to 1.
             softmax(&mut scores);

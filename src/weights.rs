@@ -10,6 +10,7 @@
 //! model, so within a bf16 model the naive and cached paths still agree bit for
 //! bit; against the f32 model the logits move by the rounding of the weights.
 
+use crate::config::Config;
 use crate::device::{WeightDtype, WeightLayout};
 use crate::error::{Error, Result};
 use crate::model::{Layer, Model};
@@ -97,6 +98,10 @@ impl<E: WeightElem> Model<E> {
                     w_gate: c(&l.w_gate, "w_gate")?,
                     w_up: c(&l.w_up, "w_up")?,
                     w_down: c(&l.w_down, "w_down")?,
+                    q_norm: l.q_norm.clone(),
+                    k_norm: l.k_norm.clone(),
+                    post_attn_norm: l.post_attn_norm.clone(),
+                    post_mlp_norm: l.post_mlp_norm.clone(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -108,6 +113,35 @@ impl<E: WeightElem> Model<E> {
             lm_head: convert(&self.lm_head, "the LM head")?,
             tied_embeddings: self.tied_embeddings,
         })
+    }
+}
+
+impl<E: WeightElem + Clone> Model<E> {
+    /// A copy of the weights under `config`, which must describe the same shapes: how a
+    /// setting changes the outputs, all else equal (the Gemma 3 reference test runs the
+    /// real weights with every layer global, to show that the window matters).
+    pub fn with_config(&self, config: Config) -> Result<Model<E>> {
+        config.validate()?;
+        let shape = |c: &Config| {
+            (
+                c.hidden_size,
+                c.intermediate_size,
+                c.num_hidden_layers,
+                c.num_attention_heads,
+                c.n_kv_heads(),
+                c.head_dim(),
+                c.vocab_size,
+                c.model_type.clone(),
+            )
+        };
+        if shape(&config) != shape(&self.config) {
+            return Err(Error::InvalidArgument(
+                "with_config: the new config describes other shapes than the weights".into(),
+            ));
+        }
+        let mut model = self.map_matrices(|w, _| Ok(w.clone()))?;
+        model.config = config;
+        Ok(model)
     }
 }
 

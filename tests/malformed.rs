@@ -181,7 +181,7 @@ fn cases() -> Vec<Case> {
         Case {
             name: "config model_type mamba",
             setup: |m| config(m, "model_type", json!("mamba")),
-            expect: "model_type is `mamba`; kvlab runs Llama-family models only",
+            expect: "model_type is `mamba`; kvlab runs Llama-family models and Gemma 3 only",
         },
         Case {
             name: "config architectures mamba",

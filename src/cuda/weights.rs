@@ -160,6 +160,13 @@ pub struct GpuWeights {
 impl GpuWeights {
     pub fn upload(gpu: &Gpu, model: &Model, dtype: GpuDtype) -> Result<GpuWeights> {
         let c: &Config = &model.config;
+        // The kernels build a Llama layer; Gemma 3 needs QK-norm, sandwich norms, GeGLU,
+        // a scaled embedding and windowed attention (issue 21), which they do not have yet.
+        if c.is_gemma3() {
+            return Err(crate::error::Error::InvalidArgument(
+                "the CUDA path runs Llama-family models only: Gemma 3 (QK-norm, sandwich norms, GeGLU, local layers) has no kernels yet; run it with --device cpu".into(),
+            ));
+        }
         let vector = |v: &Array1<f32>| -> Result<CudaSlice<f32>> { gpu.upload(&v.to_vec()) };
         let optional = |v: &Option<Array1<f32>>| v.as_ref().map(vector).transpose();
         let matrix = |m: &Array2<f32>| GpuMatrix::upload(gpu, m, dtype);

@@ -14,9 +14,24 @@
 //!    attention scores. kvlab implements the Hugging Face convention, so the importer
 //!    undoes the permutation.
 
+/// The architectures the importer reads (`general.architecture`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    /// Gemma 3: four norms a layer, QK-norm, no RoPE permutation (llama.cpp's Gemma 3
+    /// uses the "NeoX" rotation, Hugging Face's rotate-half, so `convert_hf_to_gguf.py`
+    /// leaves W_q and W_k as they are), and norms stored as `1 + w`.
+    Gemma3,
+}
+
+/// The Hugging Face name of a llama.cpp tensor of a Llama model (see [`hf_name_for`]).
+pub fn hf_name(gguf_name: &str) -> Option<String> {
+    hf_name_for(Arch::Llama, gguf_name)
+}
+
 /// The Hugging Face name of a llama.cpp tensor, or None for names kvlab does not use
 /// (e.g. `rope_freqs.weight`, which some converters add for scaled RoPE).
-pub fn hf_name(gguf_name: &str) -> Option<String> {
+pub fn hf_name_for(arch: Arch, gguf_name: &str) -> Option<String> {
     // Whole-model tensors.
     let global = match gguf_name {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
@@ -37,6 +52,21 @@ pub fn hf_name(gguf_name: &str) -> Option<String> {
     let (part, kind) = rest.rsplit_once('.')?;
     if kind != "weight" && kind != "bias" {
         return None;
+    }
+    // gguf-py's tensor_mapping.py: in Gemma 2 and 3, `ffn_norm` is the MLP's input norm
+    // (`pre_feedforward_layernorm`) and `post_attention_norm` the attention's output norm.
+    let gemma_part = match part {
+        "post_attention_norm" => Some("post_attention_layernorm"),
+        "ffn_norm" => Some("pre_feedforward_layernorm"),
+        "post_ffw_norm" => Some("post_feedforward_layernorm"),
+        "attn_q_norm" => Some("self_attn.q_norm"),
+        "attn_k_norm" => Some("self_attn.k_norm"),
+        _ => None,
+    };
+    if arch == Arch::Gemma3 {
+        if let Some(hf_part) = gemma_part {
+            return Some(format!("model.layers.{layer}.{hf_part}.{kind}"));
+        }
     }
     let hf_part = match part {
         "attn_norm" => "input_layernorm",
@@ -62,6 +92,14 @@ pub enum Permuted {
     Query,
     /// Key projection: permuted with `n_head` = the number of KV heads.
     Key,
+}
+
+/// Whether `gguf_name` carries llama.cpp's permutation: a Llama query or key projection.
+pub fn permutation_for(arch: Arch, gguf_name: &str) -> Permuted {
+    match arch {
+        Arch::Llama => permutation_of(gguf_name),
+        Arch::Gemma3 => Permuted::No,
+    }
 }
 
 /// Whether `gguf_name` is a query or key projection (weight or bias).
@@ -159,5 +197,33 @@ mod tests {
         assert_eq!(hf_name("blk.x.attn_q.weight"), None);
         assert_eq!(permutation_of("blk.3.attn_k.bias"), Permuted::Key);
         assert_eq!(permutation_of("blk.3.attn_output.weight"), Permuted::No);
+    }
+
+    #[test]
+    fn gemma_names_its_four_norms_and_permutes_nothing() {
+        let g = |name| hf_name_for(Arch::Gemma3, name);
+        assert_eq!(
+            g("blk.2.ffn_norm.weight").as_deref(),
+            Some("model.layers.2.pre_feedforward_layernorm.weight")
+        );
+        assert_eq!(
+            g("blk.2.post_attention_norm.weight").as_deref(),
+            Some("model.layers.2.post_attention_layernorm.weight")
+        );
+        assert_eq!(
+            g("blk.2.post_ffw_norm.weight").as_deref(),
+            Some("model.layers.2.post_feedforward_layernorm.weight")
+        );
+        assert_eq!(
+            g("blk.0.attn_k_norm.weight").as_deref(),
+            Some("model.layers.0.self_attn.k_norm.weight")
+        );
+        // Llama's `ffn_norm` is the norm after attention; Llama has no QK-norm.
+        assert_eq!(
+            hf_name("blk.2.ffn_norm.weight").as_deref(),
+            Some("model.layers.2.post_attention_layernorm.weight")
+        );
+        assert_eq!(hf_name("blk.0.attn_k_norm.weight"), None);
+        assert_eq!(permutation_for(Arch::Gemma3, "blk.3.attn_q.weight"), Permuted::No);
     }
 }

@@ -24,6 +24,7 @@ pub mod dequant;
 pub mod dequant_k;
 pub mod layout;
 pub mod reader;
+pub mod spm;
 pub mod tokenizer;
 pub mod types;
 
@@ -31,7 +32,7 @@ pub use reader::{GgmlType, GgufFile, TensorInfo, Value};
 
 use crate::config::{Config, EosIds};
 use crate::error::{Error, Result};
-use layout::Permuted;
+use layout::{Arch, Permuted};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -115,11 +116,21 @@ impl std::fmt::Display for ImportReport {
             c.max_position_embeddings,
             c.tie_word_embeddings
         )?;
-        writeln!(
-            f,
-            "  tokenizer: byte-level BPE, pre-tokenizer `{}`",
-            self.tokenizer_pre
-        )?;
+        if c.is_gemma3() {
+            writeln!(
+                f,
+                "  tokenizer: SentencePiece BPE (byte fallback); layers: {} local (window {}), {} global",
+                (0..c.num_hidden_layers).filter(|&l| c.layer_window(l).is_some()).count(),
+                c.gemma.sliding_window.unwrap_or(0),
+                (0..c.num_hidden_layers).filter(|&l| c.layer_window(l).is_none()).count(),
+            )?;
+        } else {
+            writeln!(
+                f,
+                "  tokenizer: byte-level BPE, pre-tokenizer `{}`",
+                self.tokenizer_pre
+            )?;
+        }
         if !self.skipped_tensors.is_empty() {
             writeln!(
                 f,
@@ -149,11 +160,11 @@ pub fn import_gguf(gguf_path: &Path, out_dir: &Path, dtype: OutDtype) -> Result<
     let mut converted = Vec::new();
     for info in &gguf.tensors {
         *gguf_tensor_types.entry(info.ty.name()).or_insert(0) += 1;
-        let Some(hf_name) = layout::hf_name(&info.name) else {
+        let Some(hf_name) = layout::hf_name_for(meta.kind, &info.name) else {
             skipped_tensors.push(info.name.clone());
             continue;
         };
-        let values = convert_tensor(&gguf, info, &config)?;
+        let values = convert_tensor(&gguf, info, &config, meta.kind)?;
         let bytes = match dtype {
             OutDtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
             OutDtype::Bf16 => values
@@ -163,7 +174,7 @@ pub fn import_gguf(gguf_path: &Path, out_dir: &Path, dtype: OutDtype) -> Result<
         };
         converted.push((hf_name, info.hf_shape(), bytes));
     }
-    check_tensors(&gguf, &config, &converted)?;
+    check_tensors(&gguf, &config, &converted, meta.kind)?;
 
     std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
     let mut files = Vec::new();
@@ -235,11 +246,21 @@ pub fn import_gguf(gguf_path: &Path, out_dir: &Path, dtype: OutDtype) -> Result<
     })?;
     if let Some(object) = config_json.as_object_mut() {
         // Fields kvlab does not read, but Hugging Face transformers does.
-        object.insert(
-            "architectures".into(),
-            serde_json::json!(["LlamaForCausalLM"]),
-        );
-        object.insert("hidden_act".into(), "silu".into());
+        match meta.kind {
+            Arch::Llama => {
+                object.insert(
+                    "architectures".into(),
+                    serde_json::json!(["LlamaForCausalLM"]),
+                );
+                object.insert("hidden_act".into(), "silu".into());
+            }
+            Arch::Gemma3 => {
+                object.insert(
+                    "architectures".into(),
+                    serde_json::json!(["Gemma3ForCausalLM"]),
+                );
+            }
+        }
         object.insert("torch_dtype".into(), dtype.torch_name().into());
     }
     write_json(&config_path, &config_json)?;
@@ -270,12 +291,26 @@ pub fn import_gguf(gguf_path: &Path, out_dir: &Path, dtype: OutDtype) -> Result<
 }
 
 /// Dequantizes one tensor and, for W_q and W_k (and their biases), restores
-/// Hugging Face's row order.
-fn convert_tensor(gguf: &GgufFile, info: &TensorInfo, config: &Config) -> Result<Vec<f32>> {
-    let values = dequant::dequantize(info.ty, gguf.tensor_bytes(info), info.n_elements as usize)
-        .map_err(|msg| gguf.error(format!("tensor `{}`: {msg}", info.name)))?;
+/// Hugging Face's row order; a Gemma norm goes back from llama.cpp's `1 + w` to `w`.
+fn convert_tensor(
+    gguf: &GgufFile,
+    info: &TensorInfo,
+    config: &Config,
+    arch: Arch,
+) -> Result<Vec<f32>> {
+    let mut values =
+        dequant::dequantize(info.ty, gguf.tensor_bytes(info), info.n_elements as usize)
+            .map_err(|msg| gguf.error(format!("tensor `{}`: {msg}", info.name)))?;
     crate::loader::check_finite(&info.name, &gguf.path, &values)?;
-    let n_head = match layout::permutation_of(&info.name) {
+    // llama.cpp's `Gemma3Model.modify_tensors` adds 1 to every `*norm.weight` (its
+    // RMSNorm multiplies by the weight; Gemma's by 1 + w); transformers' GGUF loader
+    // subtracts it again (`Gemma2TensorProcessor`), in f32, and so does this.
+    if arch == Arch::Gemma3 && info.name.ends_with("norm.weight") {
+        values
+            .iter_mut()
+            .for_each(|v| *v -= crate::loader::GEMMA_NORM_OFFSET);
+    }
+    let n_head = match layout::permutation_for(arch, &info.name) {
         Permuted::No => return Ok(values),
         Permuted::Query => config.num_attention_heads,
         Permuted::Key => config.n_kv_heads(),
@@ -300,6 +335,7 @@ fn check_tensors(
     gguf: &GgufFile,
     config: &Config,
     converted: &[(String, Vec<usize>, Vec<u8>)],
+    arch: Arch,
 ) -> Result<()> {
     let (hidden, ffn, vocab) = (
         config.hidden_size,
@@ -328,13 +364,26 @@ fn check_tensors(
             (format!("{p}.mlp.up_proj.weight"), vec![ffn, hidden]),
             (format!("{p}.mlp.down_proj.weight"), vec![hidden, ffn]),
         ]);
+        if arch == Arch::Gemma3 {
+            let head_dim = config.head_dim();
+            expected.extend([
+                (format!("{p}.pre_feedforward_layernorm.weight"), vec![hidden]),
+                (format!("{p}.post_feedforward_layernorm.weight"), vec![hidden]),
+                (format!("{p}.self_attn.q_norm.weight"), vec![head_dim]),
+                (format!("{p}.self_attn.k_norm.weight"), vec![head_dim]),
+            ]);
+        }
     }
     for (name, shape) in expected {
         match converted.iter().find(|(n, _, _)| *n == name) {
             None => {
                 return Err(gguf.error(format!(
-                    "it has no tensor for `{name}`, which a {}-layer Llama needs",
-                    config.num_hidden_layers
+                    "it has no tensor for `{name}`, which a {}-layer {} needs",
+                    config.num_hidden_layers,
+                    match arch {
+                        Arch::Llama => "Llama",
+                        Arch::Gemma3 => "Gemma 3",
+                    }
                 )))
             }
             Some((_, got, _)) if *got != shape => {
@@ -352,6 +401,7 @@ fn check_tensors(
 struct Metadata<'a> {
     gguf: &'a GgufFile,
     arch: String,
+    kind: Arch,
 }
 
 impl<'a> Metadata<'a> {
@@ -361,15 +411,20 @@ impl<'a> Metadata<'a> {
             .and_then(Value::as_str)
             .ok_or_else(|| gguf.error("metadata has no string `general.architecture`"))?;
         // Other architectures name and lay out tensors differently (Qwen2 has biases
-        // and no Q/K permutation, Gemma scales its norms...): refuse rather than guess.
-        if arch != "llama" {
-            return Err(gguf.error(format!(
-                "general.architecture is `{arch}`; kvlab imports `llama` models only"
-            )));
-        }
+        // and no Q/K permutation, Gemma 2 caps its logits...): refuse rather than guess.
+        let kind = match arch {
+            "llama" => Arch::Llama,
+            "gemma3" => Arch::Gemma3,
+            _ => {
+                return Err(gguf.error(format!(
+                    "general.architecture is `{arch}`; kvlab imports `llama` and `gemma3` models only"
+                )))
+            }
+        };
         Ok(Metadata {
             gguf,
             arch: arch.to_string(),
+            kind,
         })
     }
 
@@ -441,10 +496,11 @@ fn build_config(
         })),
     };
     let vocab_size = meta.opt_usize("vocab_size")?.unwrap_or(tok.tokens.len());
+    let n_layers = meta.usize("block_count")?;
     let config = Config {
         hidden_size,
         intermediate_size: meta.usize("feed_forward_length")?,
-        num_hidden_layers: meta.usize("block_count")?,
+        num_hidden_layers: n_layers,
         num_attention_heads: n_heads,
         num_key_value_heads: Some(n_kv_heads),
         head_dim: Some(head_dim),
@@ -452,7 +508,10 @@ fn build_config(
         rms_norm_eps: meta
             .opt_f64("attention.layer_norm_rms_epsilon")?
             .ok_or_else(|| {
-                gguf.error("metadata has no `llama.attention.layer_norm_rms_epsilon`")
+                gguf.error(format!(
+                    "metadata has no `{}.attention.layer_norm_rms_epsilon`",
+                    meta.arch
+                ))
             })?,
         // llama.cpp's default when a file leaves it out.
         rope_theta: meta.opt_f64("rope.freq_base")?.unwrap_or(10000.0),
@@ -463,7 +522,14 @@ fn build_config(
         bos_token_id: tok.bos_id,
         eos_token_id: tok.eos_id.map(EosIds::One),
         rope_scaling,
-        model_type: "llama".into(),
+        model_type: match meta.kind {
+            Arch::Llama => "llama".into(),
+            Arch::Gemma3 => crate::config::GEMMA3.into(),
+        },
+        gemma: match meta.kind {
+            Arch::Llama => Default::default(),
+            Arch::Gemma3 => gemma3_settings(meta, n_layers)?,
+        },
     };
     // Sizes first (zero heads, a 2^40-wide hidden state...): the checks below
     // would otherwise report their symptoms.
@@ -474,8 +540,9 @@ fn build_config(
     if let Some(rot) = meta.opt_usize("rope.dimension_count")? {
         if rot != head_dim {
             return Err(gguf.error(format!(
-                "llama.rope.dimension_count is {rot} but the head size is {head_dim}: \
-                 partial rotary embeddings are not supported"
+                "{}.rope.dimension_count is {rot} but the head size is {head_dim}: \
+                 partial rotary embeddings are not supported",
+                meta.arch
             )));
         }
     }
@@ -488,6 +555,37 @@ fn build_config(
     }
     Ok(config)
 }
+
+// ANCHOR: gemma3_settings
+/// What Gemma 3's `config.json` needs and its GGUF leaves unsaid. The file gives the
+/// window (`gemma3.attention.sliding_window`, 512) and the global RoPE base; the rest is
+/// fixed by the architecture, in llama.cpp's `llama-model.cpp` (`LLM_ARCH_GEMMA3`:
+/// `set_swa_pattern(6)`, `rope_freq_base_train_swa = 10000`, GELU, attention scale
+/// `1/√n_embd_head_k`) as in transformers' `Gemma3TextConfig` defaults
+/// (`sliding_window_pattern = 6`, `rope_local_base_freq = 10000`,
+/// `hidden_activation = "gelu_pytorch_tanh"`, `query_pre_attn_scalar = 256`).
+/// tests/reference_gemma3.rs checks every one against transformers' outputs.
+fn gemma3_settings(meta: &Metadata, n_layers: usize) -> Result<crate::config::GemmaSettings> {
+    let window = meta.usize("attention.sliding_window")?;
+    let head_dim = meta.usize("attention.key_length")?;
+    let global_base = meta.opt_f64("rope.freq_base")?.unwrap_or(1_000_000.0);
+    let local_base = 10_000.0;
+    Ok(crate::config::GemmaSettings {
+        hidden_activation: Some("gelu_pytorch_tanh".into()),
+        query_pre_attn_scalar: Some(head_dim as f64),
+        sliding_window: Some(window),
+        layer_types: Some(crate::config::gemma3_layer_types(n_layers, 6)),
+        sliding_window_pattern: Some(6),
+        rope_local_base_freq: Some(local_base),
+        // transformers 5 reads the bases from here.
+        rope_parameters: Some(serde_json::json!({
+            "full_attention": {"rope_type": "default", "rope_theta": global_base},
+            "sliding_attention": {"rope_type": "default", "rope_theta": local_base},
+        })),
+        ..Default::default()
+    })
+}
+// ANCHOR_END: gemma3_settings
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(path, bytes).map_err(|e| Error::io(path, e))

@@ -30,10 +30,24 @@ pub const TOKEN_TYPE_CONTROL: i64 = 3;
 /// User-defined tokens (added tokens that are not special).
 pub const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
+/// Which tokenizer a GGUF file describes (`tokenizer.ggml.model`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VocabKind {
+    /// `gpt2`: byte-level BPE with merges (SmolLM2).
+    ByteLevelBpe,
+    /// `llama`: SentencePiece BPE, scores instead of merges (Gemma 3; `super::spm`).
+    SentencePiece,
+}
+
 /// The tokenizer pieces read from GGUF metadata.
 #[derive(Debug, Clone)]
 pub struct GgufTokenizer {
+    pub kind: VocabKind,
     pub tokens: Vec<String>,
+    /// SentencePiece scores, one per token (empty for byte-level BPE).
+    pub scores: Vec<f32>,
+    /// SentencePiece only: whether a space goes in front of the text.
+    pub add_space_prefix: bool,
     pub merges: Vec<(String, String)>,
     pub token_types: Vec<i64>,
     /// `tokenizer.ggml.pre`, e.g. "smollm".
@@ -54,11 +68,15 @@ impl GgufTokenizer {
             .get("tokenizer.ggml.model")
             .and_then(Value::as_str)
             .ok_or_else(|| gguf.error("metadata has no string `tokenizer.ggml.model`"))?;
-        if model != "gpt2" {
-            return Err(gguf.error(format!(
-                "tokenizer.ggml.model is `{model}`; kvlab rebuilds only `gpt2` (byte-level BPE) tokenizers"
-            )));
-        }
+        let kind = match model {
+            "gpt2" => VocabKind::ByteLevelBpe,
+            "llama" => VocabKind::SentencePiece,
+            _ => {
+                return Err(gguf.error(format!(
+                    "tokenizer.ggml.model is `{model}`; kvlab rebuilds `gpt2` (byte-level BPE) and `llama` (SentencePiece) tokenizers"
+                )))
+            }
+        };
         let strings = |key: &str| -> Result<Vec<String>> {
             let items = gguf
                 .get(key)
@@ -74,7 +92,29 @@ impl GgufTokenizer {
                 .collect()
         };
         let tokens = strings("tokenizer.ggml.tokens")?;
-        let merges = strings("tokenizer.ggml.merges")?
+        // A SentencePiece file ranks its pieces by score and lists no merges.
+        let merge_list = match kind {
+            VocabKind::ByteLevelBpe => strings("tokenizer.ggml.merges")?,
+            VocabKind::SentencePiece => Vec::new(),
+        };
+        let scores = match kind {
+            VocabKind::ByteLevelBpe => Vec::new(),
+            VocabKind::SentencePiece => gguf
+                .get("tokenizer.ggml.scores")
+                .and_then(Value::as_array)
+                .ok_or_else(|| gguf.error("metadata has no array `tokenizer.ggml.scores`"))?
+                .iter()
+                .map(|v| v.as_f64().map(|x| x as f32))
+                .collect::<Option<Vec<f32>>>()
+                .filter(|s| s.len() == tokens.len())
+                .ok_or_else(|| {
+                    gguf.error(format!(
+                        "tokenizer.ggml.scores must be {} numbers, one per token",
+                        tokens.len()
+                    ))
+                })?,
+        };
+        let merges = merge_list
             .into_iter()
             .map(|merge| {
                 // "a b": llama.cpp splits at the first space after the first character.
@@ -134,6 +174,10 @@ impl GgufTokenizer {
             }
         };
         Ok(GgufTokenizer {
+            kind,
+            scores,
+            // llama.cpp's default for SentencePiece is a prefix space (Gemma's file says false).
+            add_space_prefix: flag("tokenizer.ggml.add_space_prefix", true),
             pre: gguf
                 .get("tokenizer.ggml.pre")
                 .and_then(Value::as_str)
@@ -143,8 +187,11 @@ impl GgufTokenizer {
             eos_id: id("tokenizer.ggml.eos_token_id")?,
             unk_id: id("tokenizer.ggml.unknown_token_id")?,
             pad_id: id("tokenizer.ggml.padding_token_id")?,
-            // llama.cpp's default for gpt2 vocabularies is no BOS and no EOS.
-            add_bos: flag("tokenizer.ggml.add_bos_token", false),
+            // llama.cpp's default: no BOS for gpt2 vocabularies, a BOS for SentencePiece.
+            add_bos: flag(
+                "tokenizer.ggml.add_bos_token",
+                kind == VocabKind::SentencePiece,
+            ),
             add_eos: flag("tokenizer.ggml.add_eos_token", false),
             chat_template,
             tokens,
@@ -182,6 +229,15 @@ impl GgufTokenizer {
 
     /// The `tokenizer.json` text (format of the `tokenizers` library, version 1.0).
     pub fn to_tokenizer_json(&self) -> std::result::Result<String, String> {
+        self.check_unique()?;
+        match self.kind {
+            VocabKind::ByteLevelBpe => self.byte_level_json(),
+            VocabKind::SentencePiece => super::spm::tokenizer_json(self),
+        }
+    }
+
+    /// A vocabulary maps strings to ids: the same string twice cannot be rebuilt.
+    fn check_unique(&self) -> std::result::Result<(), String> {
         let mut seen = std::collections::HashMap::with_capacity(self.tokens.len());
         for (id, token) in self.tokens.iter().enumerate() {
             if let Some(first) = seen.insert(token.as_str(), id) {
@@ -190,6 +246,10 @@ impl GgufTokenizer {
                 ));
             }
         }
+        Ok(())
+    }
+
+    fn byte_level_json(&self) -> std::result::Result<String, String> {
         // Control tokens become special added tokens: the tokenizer matches them whole
         // in the input (so "<|im_end|>" in a chat prompt is id 2, not 7 BPE pieces) and
         // `decode(.., skip_special_tokens = true)` can drop them.
@@ -257,8 +317,12 @@ impl GgufTokenizer {
     /// The `tokenizer_config.json` document: special-token strings and the chat template.
     pub fn to_tokenizer_config_json(&self, model_max_length: usize) -> Json {
         let token = |id: Option<u32>| id.map(|id| self.tokens[id as usize].clone());
+        let class = match self.kind {
+            VocabKind::ByteLevelBpe => "GPT2Tokenizer",
+            VocabKind::SentencePiece => "PreTrainedTokenizerFast",
+        };
         let mut config = json!({
-            "tokenizer_class": "GPT2Tokenizer",
+            "tokenizer_class": class,
             "add_bos_token": self.add_bos,
             "add_eos_token": self.add_eos,
             "add_prefix_space": false,

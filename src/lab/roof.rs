@@ -66,7 +66,11 @@ pub fn streamed_weight_bytes<E: WeightElem>(model: &Model<E>) -> f64 {
             + f32_len(&l.mlp_norm)
             + bias_len(&l.bq)
             + bias_len(&l.bk)
-            + bias_len(&l.bv);
+            + bias_len(&l.bv)
+            + bias_len(&l.q_norm)
+            + bias_len(&l.k_norm)
+            + bias_len(&l.post_attn_norm)
+            + bias_len(&l.post_mlp_norm);
     }
     (matrices * std::mem::size_of::<E>() + vectors * 4) as f64
 }

@@ -35,6 +35,10 @@ pub fn bf16_copy(model: &Model) -> Model {
             w_gate: round(&l.w_gate),
             w_up: round(&l.w_up),
             w_down: round(&l.w_down),
+            q_norm: l.q_norm.as_ref().map(round),
+            k_norm: l.k_norm.as_ref().map(round),
+            post_attn_norm: l.post_attn_norm.as_ref().map(round),
+            post_mlp_norm: l.post_mlp_norm.as_ref().map(round),
         })
         .collect();
     Model {

@@ -29,6 +29,21 @@ pub fn real_model_present() -> bool {
     panic!("{MODEL_DIR} is missing: run `bash scripts/fetch-smollm2.sh` first (the README's test command does)");
 }
 
+/// Gemma 3 270M, imported by `bash scripts/fetch-gemma3.sh`.
+pub const GEMMA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/gemma-3-270m");
+
+/// [`real_model_present`] for Gemma 3 270M.
+pub fn gemma_present() -> bool {
+    if Path::new(GEMMA_DIR).join("config.json").exists() {
+        return true;
+    }
+    if std::env::var("KVLAB_ALLOW_MISSING_MODEL").as_deref() == Ok("1") {
+        eprintln!("SKIPPED: {GEMMA_DIR} missing and KVLAB_ALLOW_MISSING_MODEL=1");
+        return false;
+    }
+    panic!("{GEMMA_DIR} is missing: run `bash scripts/fetch-gemma3.sh` first (the README's test command does)");
+}
+
 /// A small Llama-shaped config.
 pub fn tiny_config(
     layers: usize,
