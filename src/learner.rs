@@ -475,7 +475,9 @@ impl Kernels for Checked<'_> {
         heads: Heads,
         window: Option<usize>,
     ) -> Vec<f32> {
-        let yours = self.yours.attention(q, keys, values, start_pos, heads, window);
+        let yours = self
+            .yours
+            .attention(q, keys, values, start_pos, heads, window);
         let reference = textbook::Reference.attention(q, keys, values, start_pos, heads, window);
         let which = if start_pos == 0 {
             CAUSAL_ATTENTION
@@ -939,7 +941,15 @@ mod tests {
                 panic!("planted");
             }
             fn rope(&self, _: &mut [f32], _: usize, _: usize, _: f64) {}
-            fn attention(&self, q: &[f32], _: &[f32], _: &[f32], _: usize, _: Heads) -> Vec<f32> {
+            fn attention(
+                &self,
+                q: &[f32],
+                _: &[f32],
+                _: &[f32],
+                _: usize,
+                _: Heads,
+                _: Option<usize>,
+            ) -> Vec<f32> {
                 q.to_vec()
             }
         }

@@ -5,6 +5,11 @@
 //!                 └──────────────── residual ──────────────────────┘└────────── residual ─────────┘
 //! ```
 //!
+//! The same pass runs Gemma 3 (book: sliding-window-model.md), whose `config.json` adds
+//! five things, each one `if` below: the embedding scaled by √dim, QK-norm before RoPE, a
+//! norm on each sub-block's output before the residual add (the "sandwich"), GeGLU, and
+//! local layers that attend to a window and turn RoPE at their own base.
+//!
 //! There is one forward function. The two generation paths differ only in
 //! where attention gets its keys and values from ([`KvSource`]):
 //! - **naive** (`use_cache=False`): every step runs the *whole* sequence again,
@@ -172,6 +177,9 @@ impl PassObserver for NoObserver {
 }
 // ANCHOR_END: observer
 
+/// `(cos, sin)` of every row's position, `[rows][head_dim / 2]` each: one RoPE base's angles.
+type RopeTable = Vec<(Vec<f32>, Vec<f32>)>;
+
 /// RMSNorm of every row of `x` (rows of `weight.len()`), into a new buffer.
 fn normed(x: &[f32], weight: &Array1<f32>, eps: f32) -> Vec<f32> {
     let mut out = vec![0.0f32; x.len()];
@@ -321,8 +329,12 @@ impl<E: WeightElem> Model<E> {
 
         // RoPE angles for each row's true position in its own sequence, one table per
         // base: Gemma 3's local and global layers turn at different speeds.
-        let positions = || spans.iter().flat_map(|s| s.start_pos..s.start_pos + s.n_rows);
-        let mut rope_tables: Vec<(f64, Vec<(Vec<f32>, Vec<f32>)>)> = Vec::new();
+        let positions = || {
+            spans
+                .iter()
+                .flat_map(|s| s.start_pos..s.start_pos + s.n_rows)
+        };
+        let mut rope_tables: Vec<(f64, RopeTable)> = Vec::new();
         for l in 0..layers.len() {
             let theta = c.layer_rope_theta(l);
             if !rope_tables.iter().any(|(t, _)| *t == theta) {

@@ -35,8 +35,8 @@ use crate::cache::KvBytes;
 use crate::error::{Error, Result};
 use crate::generate::{Decoder, PathKind};
 // `slice(&array)`: a weight's floats, row-major (`model.rs`'s `s`).
-use crate::model::{s as slice, Model};
 use crate::config::Activation;
+use crate::model::{s as slice, Model};
 use crate::ops::{apply_rope, gelu_tanh, rmsnorm, rope_cos_sin, softmax};
 
 // ANCHOR: textbook_cache
@@ -223,7 +223,7 @@ pub fn forward<L: LayerCache>(
         x.iter_mut().for_each(|x| *x *= scale);
     }
     let mut xb = vec![0.0f32; n * dim]; // a sub-block's normalised input, [n, dim]
-    // RMSNorm into a new buffer: Gemma's QK-norm (rows of head_dim) and sandwich norms.
+                                        // RMSNorm into a new buffer: Gemma's QK-norm (rows of head_dim) and sandwich norms.
     let normed = |x: &[f32], weight: &[f32]| {
         let mut out = vec![0.0f32; x.len()];
         kernels.rmsnorm(x, weight, eps, &mut out);

@@ -295,3 +295,25 @@ fn gpu_bad_requests_are_errors() {
     let mut small = gm.naive_decoder(2).unwrap();
     assert!(kvlab::generate::Decoder::prefill(&mut small, &[1, 2, 3]).is_err());
 }
+
+/// Gemma 3 has no kernels yet (QK-norm, sandwich norms, GeGLU, the windowed mask): the
+/// upload refuses it with the reason and the fix, instead of running a Llama pass on it.
+#[test]
+fn gpu_refuses_a_gemma3_model_naming_the_fix() {
+    let Some(gpu) = gpu_or_skip("gpu_refuses_a_gemma3_model_naming_the_fix") else {
+        return;
+    };
+    let mut config = kvlab::Config::gemma3_270m();
+    config.num_hidden_layers = 2;
+    config.gemma.layer_types = Some(kvlab::config::gemma3_layer_types(2, 2));
+    config.vocab_size = 64;
+    let model = Model::random(config, 1).unwrap();
+    let err = GpuModel::upload_on(gpu, &model, GpuDtype::F32)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("Gemma 3") && err.contains("--device cpu"),
+        "{err}"
+    );
+}

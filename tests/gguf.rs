@@ -275,6 +275,14 @@ impl GgufWriter {
         }
         self.raw_kv(key, 9, v)
     }
+    fn f32s(&mut self, key: &str, items: &[f32]) -> &mut Self {
+        let mut v = 6u32.to_le_bytes().to_vec();
+        v.extend((items.len() as u64).to_le_bytes());
+        for item in items {
+            v.extend(item.to_le_bytes());
+        }
+        self.raw_kv(key, 9, v)
+    }
     fn i32s(&mut self, key: &str, items: &[i32]) -> &mut Self {
         let mut v = 5u32.to_le_bytes().to_vec();
         v.extend((items.len() as u64).to_le_bytes());
@@ -926,8 +934,13 @@ fn unsupported_content_is_explained() {
     assert_gguf_error(import(&w), "llama-bpe");
 
     let (mut w, _) = tiny_model(true);
-    w.str("tokenizer.ggml.model", "llama");
+    w.str("tokenizer.ggml.model", "bert");
     assert_gguf_error(import(&w), "gpt2");
+
+    // A SentencePiece vocabulary ranks its pieces by score: without the scores, no merges.
+    let (mut w, _) = tiny_model(true);
+    w.str("tokenizer.ggml.model", "llama");
+    assert_gguf_error(import(&w), "tokenizer.ggml.scores");
 
     let (mut w, _) = tiny_model(true);
     w.kv.retain(|(k, _, _)| k != "llama.block_count");
@@ -1088,4 +1101,205 @@ fn k_quants_match_gguf_py_bit_for_bit() {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------------------
+// (c) Gemma 3: a tiny gemma3 GGUF, imported and run.
+// ---------------------------------------------------------------------------------
+
+/// A SentencePiece vocabulary: control tokens, a user-defined run of newlines, pieces
+/// with strictly falling scores (as Gemma's), and the 256 byte tokens.
+fn spm_vocab() -> (Vec<String>, Vec<f32>, Vec<i32>) {
+    let mut tokens: Vec<String> = ["<pad>", "<eos>", "<bos>", "<unk>", "\n\n"]
+        .map(String::from)
+        .to_vec();
+    let mut types = vec![3, 3, 3, 3, 4];
+    let mut scores = vec![-1000.0; 5];
+    for (i, piece) in ["a", "b", "\u{2581}", "ab", "\u{2581}ab", "ba", "\u{2581}b"]
+        .iter()
+        .enumerate()
+    {
+        tokens.push(piece.to_string());
+        types.push(1);
+        scores.push(-(i as f32));
+    }
+    for byte in 0..=255u8 {
+        tokens.push(format!("<0x{byte:02X}>"));
+        types.push(6);
+        scores.push(0.0);
+    }
+    (tokens, scores, types)
+}
+
+/// A 2-layer Gemma 3 (hidden 16, 2 heads of 8, 1 KV head, window 3, layer 1 global),
+/// every tensor F32; norms stored as llama.cpp stores them (1 + w).
+fn tiny_gemma(skip: Option<&str>) -> GgufWriter {
+    let (tokens, scores, types) = spm_vocab();
+    let token_refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    let mut w = GgufWriter::new();
+    w.str("general.architecture", "gemma3")
+        .u32("gemma3.block_count", 2)
+        .u32("gemma3.context_length", 64)
+        .u32("gemma3.embedding_length", 16)
+        .u32("gemma3.feed_forward_length", 32)
+        .u32("gemma3.attention.head_count", 2)
+        .u32("gemma3.attention.head_count_kv", 1)
+        .u32("gemma3.attention.key_length", 8)
+        .u32("gemma3.attention.value_length", 8)
+        .u32("gemma3.attention.sliding_window", 3)
+        .f32("gemma3.rope.freq_base", 1_000_000.0)
+        .f32("gemma3.attention.layer_norm_rms_epsilon", 1e-6)
+        .str("tokenizer.ggml.model", "llama")
+        .str("tokenizer.ggml.pre", "default")
+        .strs("tokenizer.ggml.tokens", &token_refs)
+        .f32s("tokenizer.ggml.scores", &scores)
+        .i32s("tokenizer.ggml.token_type", &types)
+        .u32("tokenizer.ggml.bos_token_id", 2)
+        .u32("tokenizer.ggml.eos_token_id", 1)
+        .u32("tokenizer.ggml.unknown_token_id", 3)
+        .bool("tokenizer.ggml.add_bos_token", true)
+        .bool("tokenizer.ggml.add_space_prefix", false);
+    let mut seed = 1u32;
+    let mut values = |n: usize, center: f32| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                center + ((seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 0.5
+            })
+            .collect()
+    };
+    let vocab = tokens.len();
+    let mut put = |name: String, shape: &[usize], center: f32| {
+        if skip != Some(name.as_str()) {
+            let v = values(shape.iter().product(), center);
+            w.tensor(&name, shape, &v, Enc::F32);
+        }
+    };
+    put("token_embd.weight".into(), &[vocab, 16], 0.0);
+    put("output_norm.weight".into(), &[16], 1.0);
+    for l in 0..2 {
+        let b = |part: &str| format!("blk.{l}.{part}.weight");
+        for norm in [
+            "attn_norm",
+            "post_attention_norm",
+            "ffn_norm",
+            "post_ffw_norm",
+        ] {
+            put(b(norm), &[16], 1.0);
+        }
+        put(b("attn_q_norm"), &[8], 1.0);
+        put(b("attn_k_norm"), &[8], 1.0);
+        put(b("attn_q"), &[16, 16], 0.0);
+        put(b("attn_k"), &[8, 16], 0.0);
+        put(b("attn_v"), &[8, 16], 0.0);
+        put(b("attn_output"), &[16, 16], 0.0);
+        put(b("ffn_gate"), &[32, 16], 0.0);
+        put(b("ffn_up"), &[32, 16], 0.0);
+        put(b("ffn_down"), &[16, 32], 0.0);
+    }
+    w
+}
+
+#[test]
+fn a_tiny_gemma3_imports_with_its_window_its_norms_and_a_sentencepiece_tokenizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = tiny_gemma(None);
+    let gguf = write_temp(dir.path(), "gemma.gguf", &writer.to_bytes());
+    let out = dir.path().join("hf");
+    let report = import_gguf(&gguf, &out, OutDtype::F32).unwrap();
+    let c = &report.config;
+    assert!(c.is_gemma3());
+    assert_eq!((c.layer_window(0), c.layer_window(1)), (Some(3), Some(3)));
+    // 2 layers and a pattern of 6: both local (layer 5 would be the first global one).
+    assert_eq!(c.layer_rope_theta(0), 10_000.0);
+
+    // Norms: llama.cpp's 1 + w back to Hugging Face's w; W_q is not permuted.
+    let st = std::fs::read(out.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&st).unwrap();
+    let tensor = |name: &str| -> Vec<f32> {
+        st.tensor(name)
+            .unwrap()
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    };
+    let gguf_file = kvlab::gguf::GgufFile::open(&gguf).unwrap();
+    let gguf_values = |name: &str| -> Vec<f32> {
+        let info = gguf_file.tensor(name).unwrap();
+        gguf_file
+            .tensor_bytes(info)
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    };
+    let stored = gguf_values("blk.1.post_ffw_norm.weight");
+    let hf = tensor("model.layers.1.post_feedforward_layernorm.weight");
+    assert!(stored
+        .iter()
+        .zip(&hf)
+        .all(|(s, h)| (s - 1.0).to_bits() == h.to_bits()));
+    assert_eq!(
+        gguf_values("blk.0.attn_q.weight"),
+        tensor("model.layers.0.self_attn.q_proj.weight")
+    );
+
+    // The loader adds the 1 back: the model's norm is the GGUF's factor, bit for bit.
+    let model = kvlab::loader::load_model(&out).unwrap();
+    let factor: Vec<f32> = model.layers[1].post_mlp_norm.as_ref().unwrap().to_vec();
+    assert_eq!(factor, stored);
+    let logits = model
+        .forward(&[2, 5, 6], kvlab::model::KvSource::ThisPass)
+        .unwrap();
+    assert!(logits.iter().all(|x| x.is_finite()));
+
+    // The tokenizer: BOS first, ▁ for spaces, user-defined runs whole, byte fallback.
+    let tok = kvlab::tokenizer::Tokenizer::from_dir(&out).unwrap();
+    let id = |t: &str| (spm_vocab().0.iter().position(|x| x == t).unwrap()) as u32;
+    assert_eq!(
+        tok.encode("ab ab").unwrap(),
+        vec![2, id("ab"), id("\u{2581}ab")]
+    );
+    assert_eq!(
+        tok.encode("a\n\nb").unwrap(),
+        vec![2, id("a"), id("\n\n"), id("b")]
+    );
+    let z = tok.encode("z").unwrap();
+    assert_eq!(
+        z,
+        vec![2, id("<0x7A>")],
+        "a character no piece spells falls back to its byte"
+    );
+    assert_eq!(
+        tok.decode(&[id("ab"), id("\u{2581}ab"), id("<0x7A>")])
+            .unwrap(),
+        "ab abz"
+    );
+}
+
+#[test]
+fn a_gemma3_gguf_without_one_of_its_norms_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = tiny_gemma(Some("blk.1.post_ffw_norm.weight"));
+    let gguf = write_temp(dir.path(), "gemma.gguf", &writer.to_bytes());
+    let err = import_gguf(&gguf, &dir.path().join("hf"), OutDtype::F32).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("model.layers.1.post_feedforward_layernorm.weight") && msg.contains("Gemma 3"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_gemma3_gguf_without_its_window_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut writer = tiny_gemma(None);
+    writer
+        .kv
+        .retain(|(k, _, _)| k != "gemma3.attention.sliding_window");
+    let gguf = write_temp(dir.path(), "gemma.gguf", &writer.to_bytes());
+    let msg = import_gguf(&gguf, &dir.path().join("hf"), OutDtype::F32)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("gemma3.attention.sliding_window"), "{msg}");
 }

@@ -598,7 +598,7 @@ fn cases() -> Vec<Case> {
         Case {
             name: "gguf architecture mamba",
             setup: |m| import(m, tiny_gguf().str("general.architecture", "mamba")),
-            expect: "kvlab imports `llama` models only",
+            expect: "kvlab imports `llama` and `gemma3` models only",
         },
         Case {
             name: "gguf overlapping tensors",

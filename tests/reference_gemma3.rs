@@ -31,7 +31,10 @@ const LOGIT_TOL: f32 = 2e-3;
 fn fixture() -> &'static Value {
     static FIXTURE: OnceLock<Value> = OnceLock::new();
     FIXTURE.get_or_init(|| {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gemma-3-270m.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/gemma-3-270m.json"
+        );
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     })
 }
@@ -73,7 +76,10 @@ fn case(name: &str) -> &'static Value {
 fn check_top5(logits: &[f32], top5: &Value, what: &str) -> f32 {
     let mut worst = 0.0f32;
     for pair in top5.as_array().unwrap() {
-        let (id, want) = (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32);
+        let (id, want) = (
+            pair[0].as_u64().unwrap() as usize,
+            pair[1].as_f64().unwrap() as f32,
+        );
         let got = logits[id];
         worst = worst.max((got - want).abs());
         assert!(
@@ -95,13 +101,27 @@ fn greedy_tokens_and_top5_logits_match_transformers_short_and_long() {
         let prompt = ids(&case["prompt_ids"]);
         let expected = ids(&case["greedy_ids"]);
         let g = generate(model, &prompt, &greedy(max_new, PathKind::Cached), |_| {}).unwrap();
-        assert_eq!(g.generated_ids, expected, "case {name}: greedy tokens differ");
+        assert_eq!(
+            g.generated_ids, expected,
+            "case {name}: greedy tokens differ"
+        );
         // Top-5 logits of the first steps, teacher-forced on the reference tokens.
         let mut cache = PreallocatedCache::new(&model.config, prompt.len() + 8).unwrap();
         let mut logits = model.forward(&prompt, KvSource::Cache(&mut cache)).unwrap();
-        for (step, top5) in case["top5_logits_first_4_steps"].as_array().unwrap().iter().enumerate() {
-            worst = worst.max(check_top5(&logits, top5, &format!("case {name} step {step}")));
-            logits = model.forward(&[expected[step]], KvSource::Cache(&mut cache)).unwrap();
+        for (step, top5) in case["top5_logits_first_4_steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
+            worst = worst.max(check_top5(
+                &logits,
+                top5,
+                &format!("case {name} step {step}"),
+            ));
+            logits = model
+                .forward(&[expected[step]], KvSource::Cache(&mut cache))
+                .unwrap();
         }
     }
     eprintln!("largest |logit - transformers logit| over all top-5 checks: {worst:.2e}");
@@ -114,9 +134,16 @@ fn the_long_prompt_needs_the_window_a_model_without_it_gives_other_logits() {
     let long = case("long");
     let prompt = ids(&long["prompt_ids"]);
     let window = model.config.gemma.sliding_window.unwrap();
-    assert!(prompt.len() > window, "the long prompt must be longer than the window");
+    assert!(
+        prompt.len() > window,
+        "the long prompt must be longer than the window"
+    );
     let windowed = model.forward(&prompt, KvSource::ThisPass).unwrap();
-    check_top5(&windowed, &long["top5_logits_first_4_steps"][0], "with the window");
+    check_top5(
+        &windowed,
+        &long["top5_logits_first_4_steps"][0],
+        "with the window",
+    );
 
     // The same weights with a window wider than the prompt (the local layers keep their
     // RoPE base): transformers' no-window logits, which are not the windowed ones.
@@ -127,7 +154,11 @@ fn the_long_prompt_needs_the_window_a_model_without_it_gives_other_logits() {
     let no_window = unwindowed.forward(&prompt, KvSource::ThisPass).unwrap();
     check_top5(&no_window, &without, "no window");
     let top = |l: &[f32]| kvlab::ops::argmax(l);
-    assert_ne!(top(&windowed), top(&no_window), "the window must change the greedy token here");
+    assert_ne!(
+        top(&windowed),
+        top(&no_window),
+        "the window must change the greedy token here"
+    );
 }
 
 #[test]
@@ -155,22 +186,39 @@ fn perplexity_of_two_thousand_tokens_matches_transformers() {
     let report = eval(model, &text_ids, KvPolicy::Full).unwrap();
     let want = ppl["perplexity_f64"].as_f64().unwrap();
     let rel = (report.perplexity - want).abs() / want;
-    eprintln!("perplexity {} vs transformers {want}: relative {rel:.1e}", report.perplexity);
-    assert!(rel <= 1e-4, "perplexity {} vs transformers {want}", report.perplexity);
+    eprintln!(
+        "perplexity {} vs transformers {want}: relative {rel:.1e}",
+        report.perplexity
+    );
+    assert!(
+        rel <= 1e-4,
+        "perplexity {} vs transformers {want}",
+        report.perplexity
+    );
 }
 
 #[test]
 fn tokenizer_gives_transformers_ids_on_english_code_chinese_emoji_and_whitespace() {
-    let Some((model, tokenizer)) = model() else { return };
+    let Some((model, tokenizer)) = model() else {
+        return;
+    };
     let fx = fixture();
     for case in fx["tokenizer"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
         let text = case["text"].as_str().unwrap();
         let got = tokenizer.encode(text).unwrap();
         // kvlab prepends the BOS the model asks for; the fixture's ids are without it.
-        assert_eq!(got[0], model.config.bos_token_id.unwrap(), "case {name}: BOS first");
+        assert_eq!(
+            got[0],
+            model.config.bos_token_id.unwrap(),
+            "case {name}: BOS first"
+        );
         assert_eq!(got[1..], ids(&case["ids"])[..], "case {name}: token ids");
-        assert_eq!(tokenizer.decode(&got[1..]).unwrap(), text, "case {name}: round trip");
+        assert_eq!(
+            tokenizer.decode(&got[1..]).unwrap(),
+            text,
+            "case {name}: round trip"
+        );
     }
     for case in fx["cases"].as_array().unwrap() {
         let text = case["prompt_text"].as_str().unwrap();
@@ -180,7 +228,9 @@ fn tokenizer_gives_transformers_ids_on_english_code_chinese_emoji_and_whitespace
 
 #[test]
 fn tokenizer_gives_llama_cpp_ids_special_tokens_rare_characters_and_two_thousand_tokens() {
-    let Some((_, tokenizer)) = model() else { return };
+    let Some((_, tokenizer)) = model() else {
+        return;
+    };
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/gemma-3-270m-llamacpp-ids.json"
@@ -192,6 +242,10 @@ fn tokenizer_gives_llama_cpp_ids_special_tokens_rare_characters_and_two_thousand
         let text = case["text"].as_str().unwrap();
         let got = tokenizer.encode(text).unwrap();
         assert_eq!(got[0], bos, "case {name}: BOS first");
-        assert_eq!(got[1..], ids(&case["ids"])[..], "case {name}: llama.cpp's ids");
+        assert_eq!(
+            got[1..],
+            ids(&case["ids"])[..],
+            "case {name}: llama.cpp's ids"
+        );
     }
 }

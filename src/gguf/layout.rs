@@ -224,6 +224,9 @@ mod tests {
             Some("model.layers.2.post_attention_layernorm.weight")
         );
         assert_eq!(hf_name("blk.0.attn_k_norm.weight"), None);
-        assert_eq!(permutation_for(Arch::Gemma3, "blk.3.attn_q.weight"), Permuted::No);
+        assert_eq!(
+            permutation_for(Arch::Gemma3, "blk.3.attn_q.weight"),
+            Permuted::No
+        );
     }
 }

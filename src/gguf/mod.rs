@@ -252,7 +252,6 @@ pub fn import_gguf(gguf_path: &Path, out_dir: &Path, dtype: OutDtype) -> Result<
                     "architectures".into(),
                     serde_json::json!(["LlamaForCausalLM"]),
                 );
-                object.insert("hidden_act".into(), "silu".into());
             }
             Arch::Gemma3 => {
                 object.insert(
@@ -367,8 +366,14 @@ fn check_tensors(
         if arch == Arch::Gemma3 {
             let head_dim = config.head_dim();
             expected.extend([
-                (format!("{p}.pre_feedforward_layernorm.weight"), vec![hidden]),
-                (format!("{p}.post_feedforward_layernorm.weight"), vec![hidden]),
+                (
+                    format!("{p}.pre_feedforward_layernorm.weight"),
+                    vec![hidden],
+                ),
+                (
+                    format!("{p}.post_feedforward_layernorm.weight"),
+                    vec![hidden],
+                ),
                 (format!("{p}.self_attn.q_norm.weight"), vec![head_dim]),
                 (format!("{p}.self_attn.k_norm.weight"), vec![head_dim]),
             ]);
@@ -417,8 +422,8 @@ impl<'a> Metadata<'a> {
             "gemma3" => Arch::Gemma3,
             _ => {
                 return Err(gguf.error(format!(
-                    "general.architecture is `{arch}`; kvlab imports `llama` and `gemma3` models only"
-                )))
+                "general.architecture is `{arch}`; kvlab imports `llama` and `gemma3` models only"
+            )))
             }
         };
         Ok(Metadata {
@@ -527,7 +532,10 @@ fn build_config(
             Arch::Gemma3 => crate::config::GEMMA3.into(),
         },
         gemma: match meta.kind {
-            Arch::Llama => Default::default(),
+            Arch::Llama => crate::config::GemmaSettings {
+                hidden_act: Some("silu".into()),
+                ..Default::default()
+            },
             Arch::Gemma3 => gemma3_settings(meta, n_layers)?,
         },
     };

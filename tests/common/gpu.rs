@@ -240,6 +240,10 @@ pub fn bf16_twin(model: &Model) -> Model {
                 w_gate: round(&l.w_gate),
                 w_up: round(&l.w_up),
                 w_down: round(&l.w_down),
+                q_norm: l.q_norm.clone(),
+                k_norm: l.k_norm.clone(),
+                post_attn_norm: l.post_attn_norm.clone(),
+                post_mlp_norm: l.post_mlp_norm.clone(),
             })
             .collect(),
         final_norm: model.final_norm.clone(),

@@ -66,6 +66,44 @@ pub fn tiny_config(
     }
 }
 
+/// A small Gemma-3-shaped config: `tiny_config`'s sizes, GeGLU, QK-norm, sandwich norms,
+/// a scaled embedding, and `layer_types` (true = local, with `window` positions).
+pub fn tiny_gemma_config(
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    vocab: usize,
+    window: usize,
+    local: &[bool],
+) -> Config {
+    let mut c = tiny_config(local.len(), n_heads, n_kv_heads, head_dim, vocab);
+    c.head_dim = Some(head_dim);
+    c.model_type = kvlab::config::GEMMA3.into();
+    c.rope_theta = 1_000_000.0;
+    c.gemma = kvlab::config::GemmaSettings {
+        hidden_activation: Some("gelu_pytorch_tanh".into()),
+        query_pre_attn_scalar: Some(head_dim as f64),
+        sliding_window: Some(window),
+        layer_types: Some(
+            local
+                .iter()
+                .map(|&l| {
+                    if l {
+                        kvlab::config::SLIDING
+                    } else {
+                        kvlab::config::FULL
+                    }
+                    .to_string()
+                })
+                .collect(),
+        ),
+        rope_local_base_freq: Some(10_000.0),
+        ..Default::default()
+    };
+    c.validate().unwrap();
+    c
+}
+
 /// Logits after each prefix `prompt + continuation[..i]`, i = 0..=len, on the cached path:
 /// one prefill, then one token per step.
 pub fn cached_step_logits<E: WeightElem>(

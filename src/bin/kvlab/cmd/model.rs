@@ -61,11 +61,14 @@ pub fn kv_size(args: KvSizeArgs) -> Result<()> {
     let dtype = args.dtype.into();
     let mut params = args.params;
     let mut name = args.name.clone();
+    let mut model_config = None;
     let shape = if let Some(dir) = &args.model {
         let config = Config::from_file(&dir.join("config.json"))?;
         params = params.or(Some(kvlab::config::min_params(&config)?));
         name = name.or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()));
-        KvShape::of(&config, dtype)
+        let shape = KvShape::of(&config, dtype);
+        model_config = Some(config);
+        shape
     } else {
         let missing = |name: &str| {
             Error::InvalidArgument(format!(
@@ -90,6 +93,9 @@ pub fn kv_size(args: KvSizeArgs) -> Result<()> {
     // Checked: 2^62 tokens is an overflow error, not "0 bytes".
     let mut report = shape.report(args.seq_len, args.batch)?;
     report.name = name;
+    if let Some(config) = &model_config {
+        report = report.with_layer_groups(config)?;
+    }
     if let Some(params) = params {
         at_least("--params", params as usize, 1)?;
         report = report.with_weights(params)?;

@@ -264,15 +264,51 @@ pub fn kv_vs_weights(data: &Data) -> DrawResult<(String, String)> {
         let per_token = num(r, "bytes_per_token")?;
         let weights = field(r, "weights")?;
         let weight_gb = num(weights, "weight_bytes")? / GB;
-        let crossover = num(weights, "crossover_tokens")?;
-        series.push(Series::new(
-            &format!(
-                "{name}: KV cache ({} bytes per token)",
-                thousands(per_token as usize)
+        // A model with local layers (Gemma 3): each of them stops growing at its window.
+        let groups = r.get("layer_groups").filter(|g| !g.is_null());
+        let kv_bytes = |t: f64| -> DrawResult<f64> {
+            Ok(match groups {
+                None => t * per_token,
+                Some(g) => {
+                    let (global, local) = (num(g, "global_layers")?, num(g, "local_layers")?);
+                    let window = num(g, "window")?;
+                    per_token / (global + local) * (global * t + local * t.min(window))
+                }
+            })
+        };
+        let crossover = match groups {
+            None => num(weights, "crossover_tokens")?,
+            // The first context whose cache outweighs the weights: inside the window every
+            // layer grows, past it only the global ones.
+            Some(g) => {
+                let (global, local) = (num(g, "global_layers")?, num(g, "local_layers")?);
+                let window = num(g, "window")?;
+                let per_layer = per_token / (global + local);
+                let positions = num(weights, "weight_bytes")? / per_layer; // layer-positions
+                if positions < (global + local) * window {
+                    (positions / (global + local)).floor() + 1.0
+                } else {
+                    ((positions - local * window) / global.max(1.0)).floor() + 1.0
+                }
+            }
+        };
+        let label = match groups {
+            None => format!("{} bytes per token", thousands(per_token as usize)),
+            Some(g) => format!(
+                "{} of {} layers local, window {}",
+                num(g, "local_layers")?,
+                num(g, "local_layers")? + num(g, "global_layers")?,
+                num(g, "window")?
             ),
+        };
+        series.push(Series::new(
+            &format!("{name}: KV cache ({label})"),
             *color,
             Style::Line,
-            contexts.iter().map(|&t| (t, t * per_token / GB)).collect(),
+            contexts
+                .iter()
+                .map(|&t| Ok((t, kv_bytes(t)? / GB)))
+                .collect::<DrawResult<Vec<_>>>()?,
         ));
         series.push(Series::new(
             &format!("{name}: weights ({weight_gb:.2} GB)"),
@@ -284,8 +320,7 @@ pub fn kv_vs_weights(data: &Data) -> DrawResult<(String, String)> {
             ],
         ));
         lines.push(format!(
-            "{name}: {} bytes per token, {weight_gb:.2} GB of weights, so the cache is larger from {} tokens on",
-            thousands(per_token as usize),
+            "{name}: {label}, {weight_gb:.2} GB of weights, so the cache is larger from {} tokens on",
             thousands(crossover as usize)
         ));
     }
@@ -298,7 +333,7 @@ pub fn kv_vs_weights(data: &Data) -> DrawResult<(String, String)> {
     };
     let svg = chart::svg(chart::SIZE, |root| chart::draw(root, &chart))?;
     let what = format!(
-        "The bytes of one sequence's KV cache (solid, `2 x layers x kv_heads x head_dim x 2 bytes` per token) against the weights (dashed, parameters x 2 bytes), bf16 both, from 128 to 131,072 tokens. {}. Several sequences multiply the cache, not the weights: at batch 8 each crossover is 8 times shorter.",
+        "The bytes of one sequence's KV cache (solid, `2 x layers x kv_heads x head_dim x 2 bytes` per token; a local layer of a hybrid model holds at most its window, as a cache that frees the positions it can no longer see would) against the weights (dashed, parameters x 2 bytes), bf16 both, from 128 to 131,072 tokens. {}. Several sequences multiply the cache, not the weights: at batch 8 each crossover is 8 times shorter.",
         lines.join("; ")
     );
     Ok((svg, what))

@@ -204,6 +204,17 @@ pub fn kv_size(r: &KvSizeReport) {
             w.crossover_tokens
         );
     }
+    if let Some(g) = &r.layer_groups {
+        outln!(
+            "local layers keep their window: {} global x {} + {} local x {} positions = {} ({:.1} % of the above)",
+            g.global_layers,
+            r.seq_len,
+            g.local_layers,
+            g.local_positions,
+            human_bytes(g.bytes),
+            100.0 * g.fraction_of_full
+        );
+    }
 }
 
 /// `kvlab bench` on the CPU.

@@ -1,0 +1,301 @@
+//! The twin tests on Gemma-3-shaped random models (book: sliding-window-model.md): local
+//! layers whose window is shorter than the sequence, several local/global patterns, MQA
+//! to MHA. Naive == cached == every cache layout == batched == the textbook, bit for bit;
+//! chunked prefill == one shot; and the window provably changes the logits.
+
+mod common;
+
+use common::{bits, cached_step_logits, naive_step_logits, step_logits_on, tiny_gemma_config};
+use kvlab::cache::source::PagedBatch;
+use kvlab::cache::{
+    new_policy_store, new_store, CacheKind, KvPolicy, PagedCache, PreallocatedCache, SeqId,
+};
+use kvlab::model::KvSource;
+use kvlab::textbook::{self, TextbookCache};
+use kvlab::{Config, Model};
+use proptest::prelude::*;
+
+/// Random Gemma shapes: 1-4 layers, each local or global, a window of 1-6 positions.
+fn config_strategy() -> impl Strategy<Value = Config> {
+    (
+        prop::collection::vec(any::<bool>(), 1..=4),
+        1usize..=2,
+        1usize..=3,
+        1usize..=3,
+        16usize..=96,
+        1usize..=6,
+    )
+        .prop_map(|(local, n_kv_heads, group, half_head, vocab, window)| {
+            tiny_gemma_config(
+                n_kv_heads * group,
+                n_kv_heads,
+                4 * half_head,
+                vocab,
+                window,
+                &local,
+            )
+        })
+}
+
+fn tokens(vocab: usize, len: std::ops::Range<usize>) -> impl Strategy<Value = Vec<u32>> {
+    prop::collection::vec(0..vocab as u32, len)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Every step's logits: naive == preallocated == every layout == the textbook's two paths.
+    #[test]
+    fn naive_cached_every_layout_and_the_textbook_agree_bit_for_bit(
+        (config, prompt, continuation) in config_strategy().prop_flat_map(|c| {
+            let v = c.vocab_size;
+            (Just(c), tokens(v, 1..20), tokens(v, 0..12))
+        }),
+        block_size in 1usize..6,
+        seed in any::<u64>(),
+    ) {
+        let model = Model::random(config, seed).unwrap();
+        let want = bits(&cached_step_logits(&model, &prompt, &continuation));
+        prop_assert_eq!(&bits(&naive_step_logits(&model, &prompt, &continuation)), &want);
+        let capacity = prompt.len() + continuation.len();
+        for kind in CacheKind::ALL {
+            let mut cache = new_store(&model.config, kind, capacity, block_size).unwrap();
+            let got = bits(&step_logits_on(&model, &mut cache, &prompt, &continuation));
+            prop_assert_eq!(&got, &want, "{:?}", kind);
+        }
+        let mut book = TextbookCache::default();
+        let mut textbook_cached = vec![book.logits(&model, &prompt).unwrap()];
+        let mut seq = prompt.clone();
+        let mut textbook_naive = vec![textbook::naive_logits(&model, &seq).unwrap()];
+        for &t in &continuation {
+            textbook_cached.push(book.logits(&model, &[t]).unwrap());
+            seq.push(t);
+            textbook_naive.push(textbook::naive_logits(&model, &seq).unwrap());
+        }
+        prop_assert_eq!(&bits(&textbook_cached), &want);
+        prop_assert_eq!(&bits(&textbook_naive), &want);
+    }
+
+    /// The window on the rectangular mask: prefill in random chunks == one shot.
+    #[test]
+    fn chunked_prefill_equals_one_shot(
+        (config, prompt, cuts) in config_strategy().prop_flat_map(|c| {
+            let v = c.vocab_size;
+            (Just(c), tokens(v, 2..30), prop::collection::vec(1usize..8, 1..8))
+        }),
+        seed in any::<u64>(),
+    ) {
+        let model = Model::random(config, seed).unwrap();
+        let mut one_shot = PreallocatedCache::new(&model.config, prompt.len()).unwrap();
+        let want: Vec<u32> = model
+            .forward_hidden(&prompt, &mut KvSource::Cache(&mut one_shot))
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        let mut cache = PreallocatedCache::new(&model.config, prompt.len()).unwrap();
+        let (mut rows, mut start, mut cuts) = (Vec::new(), 0, cuts.iter().cycle());
+        while start < prompt.len() {
+            let end = (start + cuts.next().unwrap()).min(prompt.len());
+            let h = model.forward_hidden(&prompt[start..end], &mut KvSource::Cache(&mut cache)).unwrap();
+            rows.extend(h.iter().map(|v| v.to_bits()));
+            start = end;
+        }
+        prop_assert_eq!(rows, want);
+    }
+
+    /// Sequences of different lengths batched in one pool, in random chunks: each gets
+    /// the logits it gets alone.
+    #[test]
+    fn batched_passes_equal_solo_runs(
+        config in config_strategy(),
+        seed in any::<u64>(),
+        lens in prop::collection::vec(1usize..24, 1..6),
+        plan_seed in any::<u64>(),
+        block_size in 1usize..8,
+    ) {
+        let model = Model::random(config, seed).unwrap();
+        let vocab = model.config.vocab_size as u64;
+        let mut rng = kvlab::rng::Rng::new(plan_seed);
+        let seqs: Vec<Vec<u32>> = lens
+            .iter()
+            .map(|&len| (0..len).map(|_| (rng.next_u64() % vocab) as u32).collect())
+            .collect();
+        let solo: Vec<Vec<Vec<f32>>> =
+            seqs.iter().map(|t| cached_step_logits(&model, &t[..1], &t[1..])).collect();
+        let total: usize = lens.iter().sum();
+        let mut cache = PagedCache::new(&model.config, block_size, total.div_ceil(block_size) + 8, false).unwrap();
+        let ids: Vec<SeqId> = seqs.iter().map(|_| cache.add_sequence()).collect();
+        let mut done = vec![0usize; seqs.len()];
+        while done.iter().zip(&seqs).any(|(&d, t)| d < t.len()) {
+            let (mut group, mut chunks) = (Vec::new(), Vec::<&[u32]>::new());
+            for (i, t) in seqs.iter().enumerate() {
+                let left = t.len() - done[i];
+                if left == 0 || rng.next_u64().is_multiple_of(3) {
+                    continue;
+                }
+                let rows = 1 + rng.next_u64() as usize % left;
+                group.push(i);
+                chunks.push(&t[done[i]..done[i] + rows]);
+            }
+            if group.is_empty() {
+                continue;
+            }
+            let want = vec![true; group.len()];
+            let mut batch = PagedBatch { cache: &mut cache, seqs: group.iter().map(|&i| ids[i]).collect() };
+            let logits = model.forward_batch(&chunks, &mut batch, &want).unwrap();
+            for ((&i, chunk), logits) in group.iter().zip(&chunks).zip(logits) {
+                done[i] += chunk.len();
+                prop_assert_eq!(bits(&[logits.unwrap()]), bits(&[solo[i][done[i] - 1].clone()]), "sequence {}", i);
+            }
+        }
+    }
+}
+
+/// The test above could pass with the window ignored everywhere; this one cannot: past
+/// the window, a local layer's logits differ from the same model's with a wider window,
+/// and before the window's end they are the same bits.
+#[test]
+fn the_window_changes_the_logits_only_once_the_sequence_is_longer_than_it() {
+    let narrow = Model::random(tiny_gemma_config(4, 1, 8, 64, 4, &[true, false]), 9).unwrap();
+    let mut config = narrow.config.clone();
+    config.gemma.sliding_window = Some(64);
+    let wide = narrow.with_config(config).unwrap();
+    let seq: Vec<u32> = (0..12).map(|i| (i * 7 + 3) % 64).collect();
+    let a = bits(&cached_step_logits(&narrow, &seq[..1], &seq[1..]));
+    let b = bits(&cached_step_logits(&wide, &seq[..1], &seq[1..]));
+    // Positions 0..=3 see at most 4 positions: no difference yet.
+    assert_eq!(a[..4], b[..4]);
+    for p in 4..12 {
+        assert_ne!(
+            a[p], b[p],
+            "position {p} is past the window: its logits must change"
+        );
+    }
+}
+
+/// Gemma's other pieces matter too: each of QK-norm, the sandwich norms, GeGLU and the
+/// embedding scale, removed, changes the logits (so a pass that skipped one would fail
+/// the reference test, and these twins test real arithmetic).
+#[test]
+fn every_gemma_piece_changes_the_logits() {
+    let model = Model::random(tiny_gemma_config(2, 1, 8, 64, 3, &[true, false]), 4).unwrap();
+    let seq: Vec<u32> = vec![5, 9, 2, 7, 1];
+    let base = model.forward(&seq, KvSource::ThisPass).unwrap();
+    let mut llama_mlp = model.config.clone();
+    llama_mlp.gemma.hidden_activation = Some("silu".into());
+    let changed = model
+        .with_config(llama_mlp)
+        .unwrap()
+        .forward(&seq, KvSource::ThisPass)
+        .unwrap();
+    assert_ne!(
+        bits(std::slice::from_ref(&base)),
+        bits(&[changed]),
+        "the activation"
+    );
+    let without = |f: fn(&mut kvlab::model::Layer)| {
+        let mut m = model.with_config(model.config.clone()).unwrap();
+        m.layers.iter_mut().for_each(f);
+        m.forward(&seq, KvSource::ThisPass).unwrap()
+    };
+    for (what, logits) in [
+        (
+            "QK-norm",
+            without(|l| {
+                l.q_norm = None;
+                l.k_norm = None;
+            }),
+        ),
+        (
+            "the attention's sandwich norm",
+            without(|l| l.post_attn_norm = None),
+        ),
+        (
+            "the MLP's sandwich norm",
+            without(|l| l.post_mlp_norm = None),
+        ),
+    ] {
+        assert_ne!(bits(std::slice::from_ref(&base)), bits(&[logits]), "{what}");
+    }
+}
+
+/// An evicting cache drops rows, and a local layer's window counts positions: refused
+/// with a message naming the fix, not run with the wrong mask.
+#[test]
+fn an_evicting_cache_is_refused_for_a_model_with_local_layers() {
+    let model = Model::random(tiny_gemma_config(2, 1, 8, 64, 3, &[true, false]), 4).unwrap();
+    let policy = KvPolicy::Window {
+        window: 6,
+        sinks: 1,
+    };
+    let mut store = new_policy_store(&model.config, policy, 32).unwrap();
+    let seq: Vec<u32> = (0..20).collect();
+    let mut result = Ok(vec![]);
+    for t in &seq {
+        result = model.forward(&[*t], KvSource::Cache(store.as_mut()));
+        if result.is_err() {
+            break;
+        }
+    }
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.contains("local layers") && err.contains("--kv full"),
+        "{err}"
+    );
+}
+
+/// A Gemma 3 config.json that contradicts itself is refused, naming the setting.
+#[test]
+fn an_inconsistent_gemma_config_is_refused_naming_the_setting() {
+    let good = serde_json::to_value(Config::gemma3_270m()).unwrap();
+    let cases: [(&str, serde_json::Value, &str); 7] = [
+        (
+            "sliding_window",
+            serde_json::json!(0),
+            "sliding_window is Some(0)",
+        ),
+        (
+            "sliding_window",
+            serde_json::Value::Null,
+            "sliding_window is None",
+        ),
+        (
+            "layer_types",
+            serde_json::json!(vec!["full_attention"; 17]),
+            "layer_types names 17 layers but the model has 18",
+        ),
+        (
+            "layer_types",
+            serde_json::json!(vec!["chunked_attention"; 18]),
+            "layer_types holds `chunked_attention`",
+        ),
+        (
+            "hidden_activation",
+            serde_json::json!("relu"),
+            "the activation is `relu`",
+        ),
+        (
+            "final_logit_softcapping",
+            serde_json::json!(30.0),
+            "final_logit_softcapping is 30",
+        ),
+        (
+            "query_pre_attn_scalar",
+            serde_json::json!(224),
+            "query_pre_attn_scalar is 224 but head_dim is 256",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    for (key, value, want) in cases {
+        let mut json = good.clone();
+        json[key] = value;
+        std::fs::write(&path, json.to_string()).unwrap();
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains(want), "{key}: {err}");
+        assert!(!err.contains('\n'), "one line: {err}");
+    }
+    std::fs::write(&path, good.to_string()).unwrap();
+    assert_eq!(Config::from_file(&path).unwrap(), Config::gemma3_270m());
+}
