@@ -24,9 +24,10 @@ use std::sync::OnceLock;
 
 /// Logits must agree with transformers to this absolute tolerance. Both compute in f32
 /// from the same weights; only the order of additions differs (kvlab's fixed chains vs
-/// PyTorch's BLAS). Gemma's logits reach ~25 and pass 18 layers of four norms each;
-/// the largest deviation measured is printed by the test (about 1e-4).
-const LOGIT_TOL: f32 = 2e-3;
+/// PyTorch's BLAS). Gemma's logits reach ~25 and pass 18 layers of four norms each; the
+/// largest deviation is printed by the test (1.05e-4 on the AMD EPYC VM): SmolLM2's
+/// tolerance holds with ten times to spare.
+const LOGIT_TOL: f32 = 1e-3;
 
 fn fixture() -> &'static Value {
     static FIXTURE: OnceLock<Value> = OnceLock::new();

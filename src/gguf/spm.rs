@@ -18,7 +18,7 @@
 //! newlines, spaces and tabs) are *added tokens*: matched whole in the raw text before
 //! BPE runs, as llama.cpp's `tokenizer_st_partition` does, so no merge ever makes one.
 
-use super::tokenizer::{GgufTokenizer, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED};
+use super::tokenizer::GgufTokenizer;
 use serde_json::{json, Value as Json};
 use std::collections::HashMap;
 
@@ -76,23 +76,7 @@ pub fn tokenizer_json(tok: &GgufTokenizer) -> Result<String, String> {
         .unk_id
         .map(|id| tok.tokens[id as usize].clone())
         .ok_or("a SentencePiece vocabulary needs `tokenizer.ggml.unknown_token_id`")?;
-    let added_tokens: Vec<Json> = tok
-        .token_types
-        .iter()
-        .enumerate()
-        .filter(|(_, &ty)| ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED)
-        .map(|(id, &ty)| {
-            json!({
-                "id": id,
-                "content": tok.tokens[id],
-                "single_word": false,
-                "lstrip": false,
-                "rstrip": false,
-                "normalized": false,
-                "special": ty == TOKEN_TYPE_CONTROL
-            })
-        })
-        .collect();
+    let added_tokens = tok.added_tokens_json();
     // Spaces become ▁ (SentencePiece's escape); a space is put in front of the text only
     // when the file says so (Gemma 3: `add_space_prefix = false`).
     let replace = json!({"type": "Replace", "pattern": {"String": " "}, "content": SPACE});
@@ -148,6 +132,7 @@ pub fn tokenizer_json(tok: &GgufTokenizer) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::tokenizer::TOKEN_TYPE_USER_DEFINED;
 
     #[test]
     fn merges_are_every_cut_into_two_tokens_best_scored_first() {

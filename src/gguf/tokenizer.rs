@@ -236,25 +236,12 @@ impl GgufTokenizer {
         }
     }
 
-    /// A vocabulary maps strings to ids: the same string twice cannot be rebuilt.
-    fn check_unique(&self) -> std::result::Result<(), String> {
-        let mut seen = std::collections::HashMap::with_capacity(self.tokens.len());
-        for (id, token) in self.tokens.iter().enumerate() {
-            if let Some(first) = seen.insert(token.as_str(), id) {
-                return Err(format!(
-                    "token {token:?} appears twice in the vocabulary (ids {first} and {id})"
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn byte_level_json(&self) -> std::result::Result<String, String> {
-        // Control tokens become special added tokens: the tokenizer matches them whole
-        // in the input (so "<|im_end|>" in a chat prompt is id 2, not 7 BPE pieces) and
-        // `decode(.., skip_special_tokens = true)` can drop them.
-        let added_tokens: Vec<Json> = self
-            .token_types
+    /// Control tokens become special added tokens: the tokenizer matches them whole in the
+    /// input (so "<|im_end|>" in a chat prompt is one id, not 7 BPE pieces) and
+    /// `decode(.., skip_special_tokens = true)` can drop them; user-defined tokens are
+    /// matched whole too, as llama.cpp does, but are not special.
+    pub(super) fn added_tokens_json(&self) -> Vec<Json> {
+        self.token_types
             .iter()
             .enumerate()
             .filter(|(_, &ty)| ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED)
@@ -269,7 +256,24 @@ impl GgufTokenizer {
                     "special": ty == TOKEN_TYPE_CONTROL
                 })
             })
-            .collect();
+            .collect()
+    }
+
+    /// A vocabulary maps strings to ids: the same string twice cannot be rebuilt.
+    fn check_unique(&self) -> std::result::Result<(), String> {
+        let mut seen = std::collections::HashMap::with_capacity(self.tokens.len());
+        for (id, token) in self.tokens.iter().enumerate() {
+            if let Some(first) = seen.insert(token.as_str(), id) {
+                return Err(format!(
+                    "token {token:?} appears twice in the vocabulary (ids {first} and {id})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn byte_level_json(&self) -> std::result::Result<String, String> {
+        let added_tokens = self.added_tokens_json();
         let document = TokenizerJson {
             version: "1.0",
             truncation: None,
