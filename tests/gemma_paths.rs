@@ -174,9 +174,9 @@ fn the_window_changes_the_logits_only_once_the_sequence_is_longer_than_it() {
     }
 }
 
-/// Gemma's other pieces matter too: each of QK-norm, the sandwich norms, GeGLU and the
-/// embedding scale, removed, changes the logits (so a pass that skipped one would fail
-/// the reference test, and these twins test real arithmetic).
+/// Gemma's other pieces matter too: each of QK-norm, the sandwich norms and GeGLU, removed,
+/// changes the logits (so these twins test real arithmetic, not a pass that skips one).
+/// The embedding scale has its own test below.
 #[test]
 fn every_gemma_piece_changes_the_logits() {
     let model = Model::random(tiny_gemma_config(2, 1, 8, 64, 3, &[true, false]), 4).unwrap();
@@ -298,4 +298,33 @@ fn an_inconsistent_gemma_config_is_refused_naming_the_setting() {
     }
     std::fs::write(&path, good.to_string()).unwrap();
     assert_eq!(Config::from_file(&path).unwrap(), Config::gemma3_270m());
+}
+
+/// Gemma's embedding is multiplied by √dim (rounded to f32, as transformers'
+/// `Gemma3TextScaledWordEmbedding`): the residual stream before the first layer is exactly
+/// that; a Llama's is the table's row as it is.
+#[test]
+fn the_embedding_is_scaled_by_the_root_of_dim_for_gemma_only() {
+    let gemma = Model::random(tiny_gemma_config(2, 1, 8, 64, 3, &[true, false]), 4).unwrap();
+    let scale = (gemma.config.hidden_size as f64).sqrt() as f32;
+    assert_eq!(gemma.config.embed_scale(), Some(scale));
+    let hidden = gemma
+        .forward_hidden_layers(&[7, 3], &mut KvSource::ThisPass, 0)
+        .unwrap();
+    for (row, token) in [7usize, 3].iter().enumerate() {
+        let want: Vec<u32> = gemma
+            .embed
+            .row(*token)
+            .iter()
+            .map(|v| (v * scale).to_bits())
+            .collect();
+        let got: Vec<u32> = hidden.row(row).iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, want);
+    }
+    let llama = Model::random(common::tiny_config(1, 2, 1, 8, 64), 4).unwrap();
+    assert_eq!(llama.config.embed_scale(), None);
+    let hidden = llama
+        .forward_hidden_layers(&[7], &mut KvSource::ThisPass, 0)
+        .unwrap();
+    assert_eq!(hidden.row(0), llama.embed.row(7));
 }

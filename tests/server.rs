@@ -53,11 +53,21 @@ impl Server {
 
     /// A server of `weights` (`kvlab serve --dtype --layout`).
     async fn start_on(weights: Arc<dyn BatchModel>, engine: EngineConfig) -> Server {
-        let tokenizer = Tokenizer::from_dir(Path::new(MODEL_DIR)).expect("the tokenizer loads");
+        Server::start_model(weights, Path::new(MODEL_DIR), NAME, engine).await
+    }
+
+    /// A server of `weights` with the tokenizer of the model folder `dir`, named `name`.
+    async fn start_model(
+        weights: Arc<dyn BatchModel>,
+        dir: &Path,
+        name: &str,
+        engine: EngineConfig,
+    ) -> Server {
+        let tokenizer = Tokenizer::from_dir(dir).expect("the tokenizer loads");
         let config = ServerConfig {
             engine,
             max_body_bytes: 256 * 1024,
-            ..ServerConfig::new(NAME)
+            ..ServerConfig::new(name)
         };
         let app = App::new(weights, tokenizer, config).expect("the engine starts");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -771,5 +781,57 @@ async fn a_load_test_reports_the_drafts_the_kv_per_request_and_tpot() {
                 assert_eq!((r.drafted_tokens, r.accepted_tokens), (0, 0));
             }
         }
+    }
+}
+
+/// The second real model through the server: Gemma 3 270M (local layers, MQA, SentencePiece),
+/// four greedy completions at once in the batching engine, each equal to transformers'
+/// greedy tokens (tests/fixtures/gemma-3-270m.json), one of them past the 512-position window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemma3_completions_batched_are_transformers_greedy_tokens() {
+    if !common::gemma_present() {
+        return;
+    }
+    let dir = Path::new(common::GEMMA_DIR);
+    let model: Arc<Model> = Arc::new(loader::load_model(dir).expect("Gemma 3 loads"));
+    let tokenizer = Tokenizer::from_dir(dir).unwrap();
+    let server =
+        Arc::new(Server::start_model(model, dir, "gemma-3-270m", EngineConfig::default()).await);
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/gemma-3-270m.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let cases = fixture["cases"].as_array().unwrap().clone();
+    let requests: Vec<_> = cases
+        .iter()
+        .map(|case| {
+            let body = json!({
+                "model": "gemma-3-270m",
+                "prompt": case["prompt_text"],
+                "max_tokens": 8,
+                "temperature": 0,
+            });
+            let server = server.clone();
+            tokio::spawn(async move { server.post("/v1/completions", body).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for r in requests {
+        answers.push(r.await.unwrap());
+    }
+    for (case, (status, answer)) in cases.iter().zip(answers) {
+        assert_eq!(status, 200, "{answer}");
+        let greedy = common::ids(&case["greedy_ids"]);
+        let want = tokenizer.decode(&greedy[..8]).unwrap();
+        assert_eq!(
+            answer["choices"][0]["text"],
+            want.as_str(),
+            "case {}",
+            case["name"]
+        );
     }
 }
