@@ -53,41 +53,7 @@ proptest! {
                 t
             })
             .collect();
-        let solo: Vec<Vec<Vec<f32>>> = seqs.iter().map(|t| solo_logits(&model, t)).collect();
-
-        let total: usize = lens.iter().sum();
-        let mut cache =
-            PagedCache::new(&model.config, block_size, total.div_ceil(block_size) + 12, prefix_caching).unwrap();
-        let ids: Vec<SeqId> = seqs
-            .iter()
-            .map(|t| cache.add_sequence_with_prefix(t).0)
-            .collect();
-        let mut done: Vec<usize> = ids.iter().map(|&id| cache.seq_len(id).unwrap()).collect();
-        while done.iter().zip(&seqs).any(|(&d, t)| d < t.len()) {
-            let mut group = Vec::new();
-            let mut chunks: Vec<&[u32]> = Vec::new();
-            for (i, t) in seqs.iter().enumerate() {
-                let left = t.len() - done[i];
-                if left == 0 || rng.next_u64().is_multiple_of(3) {
-                    continue;
-                }
-                let rows = 1 + rng.next_u64() as usize % left;
-                group.push(i);
-                chunks.push(&t[done[i]..done[i] + rows]);
-            }
-            if group.is_empty() {
-                continue;
-            }
-            let want = vec![true; group.len()];
-            let mut batch = PagedBatch { cache: &mut cache, seqs: group.iter().map(|&i| ids[i]).collect() };
-            let logits = model.forward_batch(&chunks, &mut batch, &want).unwrap();
-            for ((&i, chunk), logits) in group.iter().zip(&chunks).zip(logits) {
-                done[i] += chunk.len();
-                let got = logits.unwrap();
-                prop_assert_eq!(bits(&[got]), bits(&[solo[i][done[i] - 1].clone()]), "sequence {}", i);
-            }
-            cache.check_invariants().map_err(TestCaseError::fail)?;
-        }
+        common::batched_equals_solo(&model, &seqs, block_size, prefix_caching, &mut rng)?;
     }
 }
 

@@ -6,10 +6,7 @@
 mod common;
 
 use common::{bits, cached_step_logits, naive_step_logits, step_logits_on, tiny_gemma_config};
-use kvlab::cache::source::PagedBatch;
-use kvlab::cache::{
-    new_policy_store, new_store, CacheKind, KvPolicy, PagedCache, PreallocatedCache, SeqId,
-};
+use kvlab::cache::{new_policy_store, new_store, CacheKind, KvPolicy, PreallocatedCache};
 use kvlab::model::KvSource;
 use kvlab::textbook::{self, TextbookCache};
 use kvlab::{Config, Model};
@@ -121,34 +118,7 @@ proptest! {
             .iter()
             .map(|&len| (0..len).map(|_| (rng.next_u64() % vocab) as u32).collect())
             .collect();
-        let solo: Vec<Vec<Vec<f32>>> =
-            seqs.iter().map(|t| cached_step_logits(&model, &t[..1], &t[1..])).collect();
-        let total: usize = lens.iter().sum();
-        let mut cache = PagedCache::new(&model.config, block_size, total.div_ceil(block_size) + 8, false).unwrap();
-        let ids: Vec<SeqId> = seqs.iter().map(|_| cache.add_sequence()).collect();
-        let mut done = vec![0usize; seqs.len()];
-        while done.iter().zip(&seqs).any(|(&d, t)| d < t.len()) {
-            let (mut group, mut chunks) = (Vec::new(), Vec::<&[u32]>::new());
-            for (i, t) in seqs.iter().enumerate() {
-                let left = t.len() - done[i];
-                if left == 0 || rng.next_u64().is_multiple_of(3) {
-                    continue;
-                }
-                let rows = 1 + rng.next_u64() as usize % left;
-                group.push(i);
-                chunks.push(&t[done[i]..done[i] + rows]);
-            }
-            if group.is_empty() {
-                continue;
-            }
-            let want = vec![true; group.len()];
-            let mut batch = PagedBatch { cache: &mut cache, seqs: group.iter().map(|&i| ids[i]).collect() };
-            let logits = model.forward_batch(&chunks, &mut batch, &want).unwrap();
-            for ((&i, chunk), logits) in group.iter().zip(&chunks).zip(logits) {
-                done[i] += chunk.len();
-                prop_assert_eq!(bits(&[logits.unwrap()]), bits(&[solo[i][done[i] - 1].clone()]), "sequence {}", i);
-            }
-        }
+        common::batched_equals_solo(&model, &seqs, block_size, false, &mut rng)?;
     }
 }
 

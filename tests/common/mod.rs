@@ -145,6 +145,70 @@ pub fn naive_step_logits<E: WeightElem>(
     all
 }
 
+/// The batched twin test (tests/batch.rs, tests/gemma_paths.rs): `seqs` advance through one
+/// paged pool (prefix-cached or not) in random groups of random chunks drawn from `rng`,
+/// and every chunk's last-row logits must be, bit for bit, what the sequence gets alone at
+/// that position; the pool's invariants hold after every pass.
+pub fn batched_equals_solo(
+    model: &Model,
+    seqs: &[Vec<u32>],
+    block_size: usize,
+    prefix_caching: bool,
+    rng: &mut kvlab::rng::Rng,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    use kvlab::cache::source::PagedBatch;
+    use kvlab::cache::{PagedCache, SeqId};
+    use proptest::test_runner::TestCaseError;
+    let solo: Vec<Vec<Vec<f32>>> = seqs
+        .iter()
+        .map(|t| cached_step_logits(model, &t[..1], &t[1..]))
+        .collect();
+    let total: usize = seqs.iter().map(Vec::len).sum();
+    let blocks = total.div_ceil(block_size) + 12;
+    let mut cache = PagedCache::new(&model.config, block_size, blocks, prefix_caching).unwrap();
+    let ids: Vec<SeqId> = seqs
+        .iter()
+        .map(|t| cache.add_sequence_with_prefix(t).0)
+        .collect();
+    let mut done: Vec<usize> = ids.iter().map(|&id| cache.seq_len(id).unwrap()).collect();
+    while done.iter().zip(seqs).any(|(&d, t)| d < t.len()) {
+        let (mut group, mut chunks) = (Vec::new(), Vec::<&[u32]>::new());
+        for (i, t) in seqs.iter().enumerate() {
+            let left = t.len() - done[i];
+            if left == 0 || rng.next_u64().is_multiple_of(3) {
+                continue;
+            }
+            let rows = 1 + rng.next_u64() as usize % left;
+            group.push(i);
+            chunks.push(&t[done[i]..done[i] + rows]);
+        }
+        if group.is_empty() {
+            continue;
+        }
+        let want = vec![true; group.len()];
+        let mut batch = PagedBatch {
+            cache: &mut cache,
+            seqs: group.iter().map(|&i| ids[i]).collect(),
+        };
+        let logits = model.forward_batch(&chunks, &mut batch, &want).unwrap();
+        for ((&i, chunk), logits) in group.iter().zip(&chunks).zip(logits) {
+            done[i] += chunk.len();
+            let (got, want) = (
+                bits(&[logits.unwrap()]),
+                bits(&solo[i][done[i] - 1..done[i]]),
+            );
+            if got != want {
+                return Err(TestCaseError::fail(format!(
+                    "sequence {i}: batched logits at position {} differ from its solo run",
+                    done[i] - 1
+                )));
+            }
+        }
+        cache.check_invariants().map_err(TestCaseError::fail)?;
+    }
+    Ok(())
+}
+
 /// Bit patterns, so that comparisons are exact (and -0.0 != 0.0, NaN == NaN).
 pub fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {
     rows.iter()
