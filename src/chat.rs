@@ -106,7 +106,10 @@ impl<E: WeightElem> Decoder for Resume<'_, E> {
             .take_while(|(a, b)| a == b)
             .count()
             .min(prompt.len() - 1);
+        // A cache that cannot serve so deep a cut forgets more (a local layer's ring,
+        // `cache/hybrid.rs`): continue from what it still holds.
         self.cache.truncate(common);
+        let common = self.cache.len().min(common);
         self.cached.truncate(common);
         self.reused = common;
         // In passes when the cache evicts (`--kv window`, `h2o`).

@@ -79,6 +79,25 @@ pub struct KvSizeReport {
     pub weights: Option<CacheVsWeights>,
     /// For a model with local layers (Gemma 3): the cache when each keeps only its window.
     pub layer_groups: Option<LayerGroups>,
+    /// A real cache of `seq_len` positions, filled and counted (`--measure`).
+    pub measured: Option<MeasuredKv>,
+}
+
+/// The bytes of a real cache (`lab/kv_fill.rs`), in kvlab's f32: the cache the cached
+/// path builds for the model, filled with `positions` positions.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct MeasuredKv {
+    pub positions: usize,
+    /// Passes it was filled in (a ring takes a bounded number of tokens per pass).
+    pub passes: usize,
+    pub bytes_reserved: usize,
+    /// Rows the latest position's attention read (`KvStore::bytes_used`).
+    pub bytes_used: usize,
+    /// Every position of every layer, in f32.
+    pub full_bytes: usize,
+    /// `bytes_used / full_bytes`: the formula's `fraction_of_full`, measured.
+    pub used_fraction_of_full: f64,
+    pub reserved_fraction_of_full: f64,
 }
 
 // ANCHOR: layer_groups
@@ -215,6 +234,7 @@ impl KvShape {
             gib: bytes as f64 / (1u64 << 30) as f64,
             weights: None,
             layer_groups: None,
+            measured: None,
         })
     }
 }

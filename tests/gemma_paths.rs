@@ -6,7 +6,10 @@
 mod common;
 
 use common::{bits, cached_step_logits, naive_step_logits, step_logits_on, tiny_gemma_config};
-use kvlab::cache::{new_policy_store, new_store, CacheKind, KvPolicy, PreallocatedCache};
+use kvlab::cache::{
+    new_policy_store, new_store, CacheKind, HybridCache, KvPolicy, KvStore, PreallocatedCache,
+};
+use kvlab::generate::prefill_in_passes;
 use kvlab::model::KvSource;
 use kvlab::textbook::{self, TextbookCache};
 use kvlab::{Config, Model};
@@ -99,6 +102,53 @@ proptest! {
             start = end;
         }
         prop_assert_eq!(rows, want);
+    }
+
+    /// The hybrid cache (a ring per local layer, `cache/hybrid.rs`) against the full
+    /// cache, with passes small enough that every ring wraps many times: the prompt in
+    /// passes, then decode steps, each followed now and then by a speculative-style
+    /// rollback of up to one pass and a re-feed. Logits bitwise equal at every step.
+    #[test]
+    fn a_ring_per_local_layer_equals_the_full_cache_bit_for_bit(
+        (config, prompt, continuation) in config_strategy().prop_flat_map(|c| {
+            let v = c.vocab_size;
+            (Just(c), tokens(v, 1..40), tokens(v, 1..24))
+        }),
+        pass in 1usize..5,
+        rollbacks in prop::collection::vec(0usize..5, 1..6),
+        seed in any::<u64>(),
+    ) {
+        let model = Model::random(config, seed).unwrap();
+        let capacity = prompt.len() + continuation.len();
+        let mut full = PreallocatedCache::new(&model.config, capacity).unwrap();
+        let mut ring = HybridCache::new(&model.config, capacity, pass).unwrap();
+        let want = bits(&[model.forward(&prompt, KvSource::Cache(&mut full)).unwrap()]);
+        let got = bits(&[prefill_in_passes(&model, &mut ring, &prompt).unwrap()]);
+        prop_assert_eq!(got, want, "prefill in passes of {}", pass);
+        let mut rollbacks = rollbacks.iter().cycle();
+        for (i, &t) in continuation.iter().enumerate() {
+            let want = bits(&[model.forward(&[t], KvSource::Cache(&mut full)).unwrap()]);
+            let got = bits(&[model.forward(&[t], KvSource::Cache(&mut ring)).unwrap()]);
+            prop_assert_eq!(&got, &want, "step {}", i);
+            // Roll back up to one pass (never below what the ring can serve) and re-feed.
+            let back = (*rollbacks.next().unwrap()).min(pass).min(ring.len());
+            if back > 0 {
+                let keep = ring.len() - back;
+                ring.truncate(keep);
+                prop_assert_eq!(ring.len(), keep, "a rollback of {} <= one pass is served", back);
+                let fed: Vec<u32> = prompt.iter().chain(&continuation[..=i]).copied().collect();
+                let again = prefill_in_passes(&model, &mut ring, &fed[keep..]).unwrap();
+                prop_assert_eq!(bits(&[again]), want, "re-fed after a rollback of {}", back);
+            }
+        }
+        let slots = ring.slots_per_layer();
+        for (l, &got) in slots.iter().enumerate() {
+            let want = match model.config.layer_window(l) {
+                Some(w) => (w - 1 + pass).min(capacity),
+                None => capacity,
+            };
+            prop_assert_eq!(got, want, "layer {} slots", l);
+        }
     }
 
     /// Sequences of different lengths batched in one pool, in random chunks: each gets

@@ -148,3 +148,77 @@ fn a_full_cache_is_an_error_and_stays_intact() {
     assert_eq!(next, naive);
     assert_ne!(logits, next);
 }
+
+/// The figure, measured: Gemma 3 270M's own cache (a ring per local layer)
+/// filled to 32,768 positions holds (3 × 32,768 + 15 × 512) / (18 × 32,768) of what
+/// every layer holding every position would, exactly the per-group formula; it
+/// reserves the window plus one pass per local layer beyond that.
+#[test]
+fn gemma3s_hybrid_cache_measured_at_32k_is_the_per_group_formula() {
+    let config = Config::gemma3_270m();
+    let context = 32_768;
+    let measured = kvlab::lab::kv_fill::measure_kv(&config, context).unwrap();
+    let formula = KvShape::of(&config, KvDtype::F32)
+        .report(context, 1)
+        .unwrap()
+        .with_layer_groups(&config)
+        .unwrap()
+        .layer_groups
+        .expect("Gemma 3 has local layers");
+    assert_eq!((formula.global_layers, formula.local_layers), (3, 15));
+    assert_eq!(measured.bytes_used, formula.bytes);
+    assert_eq!(measured.used_fraction_of_full, formula.fraction_of_full);
+    let row = 2 * 256 * 4; // K and V of one KV head of 256, f32, one layer-position
+    assert_eq!(measured.bytes_used, (3 * context + 15 * 512) * row);
+    let pass = kvlab::cache::hybrid::DEFAULT_PASS;
+    assert_eq!(
+        measured.bytes_reserved,
+        (3 * context + 15 * (511 + pass)) * row
+    );
+    assert_eq!(measured.passes, context.div_ceil(pass));
+    assert!((measured.used_fraction_of_full - 0.1806).abs() < 1e-4);
+}
+
+/// A model without local layers: the measured cache is the full one, byte for byte.
+#[test]
+fn smollm2s_measured_cache_is_every_position() {
+    let config = Config::smollm2_135m();
+    let measured = kvlab::lab::kv_fill::measure_kv(&config, 1000).unwrap();
+    let bytes = KvShape::of(&config, KvDtype::F32).bytes(1000, 1);
+    assert_eq!(
+        (measured.bytes_used, measured.bytes_reserved),
+        (bytes, bytes)
+    );
+    assert_eq!(measured.passes, 1);
+}
+
+/// `--measure` fills a real cache: a size past its bound is refused before allocating.
+#[test]
+fn measuring_an_absurd_cache_is_refused_naming_the_fix() {
+    let err = kvlab::lab::kv_fill::measure_kv(&Config::smollm2_135m(), usize::MAX / 4)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("smaller --seq-len"), "{err}");
+}
+
+/// A cut deeper than a ring can serve forgets everything (callers feed from `len()`),
+/// and a rollback of one pass is served.
+#[test]
+fn a_hybrid_cache_serves_a_one_pass_rollback_and_forgets_all_on_a_deeper_cut() {
+    use kvlab::cache::{HybridCache, KvStore};
+    let config = common::tiny_gemma_config(2, 1, 8, 32, 4, &[true, false]);
+    let model = Model::random(config, 7).unwrap();
+    let mut cache = HybridCache::new(&model.config, 64, 2).unwrap();
+    let prompt: Vec<u32> = (0..20).map(|i| i % 32).collect();
+    kvlab::generate::prefill_in_passes(&model, &mut cache, &prompt).unwrap();
+    assert_eq!(cache.slots_per_layer(), vec![4 - 1 + 2, 64]);
+    cache.truncate(18);
+    assert_eq!(cache.len(), 18, "a rollback of one pass");
+    cache.truncate(15);
+    assert_eq!(cache.len(), 0, "positions 12..15 are gone from the ring");
+    let err = model
+        .forward(&prompt[..3], KvSource::Cache(&mut cache))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("at most 2 tokens per forward pass"), "{err}");
+}

@@ -6,6 +6,7 @@
 
 use crate::cache::growable::{self, GrowableCache};
 use crate::cache::h2o::H2oCache;
+use crate::cache::hybrid::{self, HybridCache};
 use crate::cache::paged::{PagedSeq, Retention};
 use crate::cache::policy::KvPolicy;
 use crate::cache::preallocated::PreallocatedCache;
@@ -15,6 +16,23 @@ use crate::cache::{CacheKind, KvElement, KvStore};
 use crate::config::Config;
 use crate::error::{Error, Result};
 
+// ANCHOR: contiguous_full
+/// Every position the model will read, reserved up front: all of them in every layer
+/// ([`PreallocatedCache`]), unless the model has local layers (Gemma 3), whose rings
+/// keep only their window ([`HybridCache`]; the two are bitwise twins).
+pub fn contiguous_full(config: &Config, capacity: usize) -> Result<Box<dyn KvStore>> {
+    if config.has_local_layers() {
+        Ok(Box::new(HybridCache::new(
+            config,
+            capacity,
+            hybrid::DEFAULT_PASS,
+        )?))
+    } else {
+        Ok(Box::new(PreallocatedCache::new(config, capacity)?))
+    }
+}
+// ANCHOR_END: contiguous_full
+
 // ANCHOR: policy_store
 /// A cache for one sequence of up to `capacity` positions, keeping what `policy` says.
 pub fn new_policy_store(
@@ -23,7 +41,7 @@ pub fn new_policy_store(
     capacity: usize,
 ) -> Result<Box<dyn KvStore>> {
     match policy {
-        KvPolicy::Full => Ok(Box::new(PreallocatedCache::new(config, capacity)?)),
+        KvPolicy::Full => contiguous_full(config, capacity),
         KvPolicy::Int8 | KvPolicy::Int4PerToken { .. } | KvPolicy::Int4Kivi { .. } => {
             Ok(Box::new(QuantCache::new(config, policy, capacity)?))
         }
@@ -37,7 +55,7 @@ pub fn new_policy_store(
 
 /// A cache of layout `kind` for one sequence of up to `capacity` positions.
 ///
-/// Preallocated reserves all of `capacity` now; growable starts at
+/// Preallocated reserves all of `capacity` now (a local layer: its window, [`contiguous_full`]); growable starts at
 /// [`growable::INITIAL_CAPACITY`](crate::cache::growable::INITIAL_CAPACITY) and doubles; paged and prefix get a pool of exactly
 /// `ceil(capacity / block_size)` blocks and take them one at a time.
 pub fn new_store(
@@ -47,7 +65,7 @@ pub fn new_store(
     block_size: usize,
 ) -> Result<Box<dyn KvStore>> {
     Ok(match kind {
-        CacheKind::Preallocated => Box::new(PreallocatedCache::new(config, capacity)?),
+        CacheKind::Preallocated => contiguous_full(config, capacity)?,
         CacheKind::Growable => Box::new(GrowableCache::new(config, growable::INITIAL_CAPACITY)?),
         CacheKind::Paged | CacheKind::Prefix => Box::new(PagedSeq::single(
             config,

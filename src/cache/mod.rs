@@ -24,6 +24,10 @@
 //! ([`masked`], `tests/eviction.rs`; book: eviction.md). They hold fewer rows than
 //! positions seen, hence [`KvStore::rows_held`] beside [`KvStore::len`].
 //!
+//! A model trained with a window (Gemma 3's local layers) needs less than every
+//! position: [`hybrid`] keeps a ring of each local layer's window beside the global
+//! layers' full rows, the twin of the full cache (book: sliding-window-model.md).
+//!
 //! Every layout reports the bytes it **reserves** and the bytes that hold **live**
 //! positions; the difference is the waste the chapters "Cache layouts" and
 //! "Capacity" measure.
@@ -33,6 +37,7 @@ pub mod build;
 pub mod element;
 pub mod growable;
 pub mod h2o;
+pub mod hybrid;
 pub mod masked;
 pub mod paged;
 pub mod policy;
@@ -48,10 +53,11 @@ use crate::config::Config;
 use crate::error::Result;
 use serde::Serialize;
 
-pub use build::{new_policy_store, new_store};
+pub use build::{contiguous_full, new_policy_store, new_store};
 pub use element::KvElement;
 pub use growable::GrowableCache;
 pub use h2o::H2oCache;
+pub use hybrid::HybridCache;
 pub use masked::{MaskRule, MaskedCache};
 pub use paged::{PagedCache, PagedSeq, SeqId};
 pub use policy::{KvPolicy, PolicyParams};
@@ -111,7 +117,9 @@ pub trait KvStore {
     /// Marks the `n` prepared positions filled, once every layer has written them.
     fn advance(&mut self, n: usize);
 
-    /// Forgets positions `len..` (a chat turn that diverges from what is cached).
+    /// Forgets positions `len..` (a chat turn that diverges from what is cached). A
+    /// cache that cannot serve so deep a cut (a local layer's ring, `hybrid.rs`) forgets
+    /// everything instead: read [`KvStore::len`] after, and feed from there.
     fn truncate(&mut self, len: usize);
 
     /// Bytes this cache holds for itself: what another request cannot use.
@@ -174,7 +182,8 @@ impl<S: KvStore + ?Sized> KvStore for Box<S> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheKind {
-    /// Contiguous, reserved for prompt + max_new_tokens before the first token.
+    /// Contiguous, reserved for prompt + max_new_tokens before the first token (a
+    /// local layer's window only, for a model trained with one: [`hybrid`]).
     #[default]
     Preallocated,
     /// Contiguous, doubled (with a copy) whenever it is full.

@@ -43,6 +43,7 @@ pub mod evict_speed;
 pub mod gpu_bench;
 pub mod gqa;
 pub mod kv_bench;
+pub mod kv_fill;
 pub mod long_context;
 pub mod peak;
 pub mod roof;

@@ -132,7 +132,15 @@ pub fn generate_speculative(
             )
         };
         // Roll back past the rejected drafts: the cache keeps pending + accepted.
-        cache.truncate(base + pending.len() + outcome.accepted);
+        let keep = base + pending.len() + outcome.accepted;
+        cache.truncate(keep);
+        if cache.len() != keep {
+            return Err(Error::InvalidArgument(format!(
+                "the cache cannot roll back {} rejected drafts (its local layers keep one pass of {} tokens beyond their window): draft fewer tokens per round",
+                fed.len() - pending.len() - outcome.accepted,
+                cache.max_pass_tokens()
+            )));
+        }
         r.verify_ms += t.elapsed().as_secs_f64() * 1e3;
         r.count(&draft, outcome.accepted);
 

@@ -20,18 +20,29 @@ use crate::sampler::SamplerConfig;
 
 // ANCHOR: verify_pass
 /// Runs `tokens` through the target on top of `cache` (one pass, every layer) and
-/// returns the logits of the last `n_rows` of them, `[n_rows, vocab]`.
+/// returns the logits of the last `n_rows` of them, `[n_rows, vocab]`. A cache that
+/// takes fewer tokens per pass (a window, a local layer's ring) gets them in passes,
+/// as `generate::prefill_in_passes` feeds a prompt: row for row the same logits.
 pub fn verify_pass(
     model: &Model,
     cache: &mut dyn KvStore,
     tokens: &[u32],
     n_rows: usize,
 ) -> Result<Vec<Vec<f32>>> {
-    let hidden = model.forward_hidden(tokens, &mut KvSource::Cache(cache))?; // [m, dim]
     let dim = model.config.hidden_size;
-    let hidden = hidden.as_slice().expect("arrays in kvlab are contiguous");
     let first = tokens.len() - n_rows.min(tokens.len());
-    Ok(logits_rows(model, &hidden[first * dim..]))
+    let mut kept = Vec::with_capacity(n_rows * dim); // hidden rows first.., [n_rows, dim]
+    let mut done = 0;
+    while done < tokens.len() {
+        let n = (tokens.len() - done).min(cache.max_pass_tokens().max(1));
+        let chunk = &tokens[done..done + n];
+        let hidden = model.forward_hidden(chunk, &mut KvSource::Cache(&mut *cache))?; // [n, dim]
+        let hidden = hidden.as_slice().expect("arrays in kvlab are contiguous");
+        let skip = first.saturating_sub(done).min(n);
+        kept.extend_from_slice(&hidden[skip * dim..]);
+        done += n;
+    }
+    Ok(logits_rows(model, &kept))
 }
 
 /// [`Model::logits`] for every row of `hidden` (`[n, dim]`) in one LM-head matmul.

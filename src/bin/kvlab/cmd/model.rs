@@ -36,6 +36,10 @@ pub struct KvSizeArgs {
     /// What the shape is of, for the report (default: the --model folder's name).
     #[arg(long)]
     pub name: Option<String>,
+    /// Also build the cache kvlab's cached path uses for --model (a ring per local
+    /// layer for Gemma 3), fill it with --seq-len positions and count its bytes.
+    #[arg(long, requires = "model")]
+    pub measure: bool,
     #[command(flatten)]
     pub out: JsonArgs,
 }
@@ -95,6 +99,9 @@ pub fn kv_size(args: KvSizeArgs) -> Result<()> {
     report.name = name;
     if let Some(config) = &model_config {
         report = report.with_layer_groups(config)?;
+        if args.measure {
+            report.measured = Some(kvlab::lab::kv_fill::measure_kv(config, args.seq_len)?);
+        }
     }
     if let Some(params) = params {
         at_least("--params", params as usize, 1)?;

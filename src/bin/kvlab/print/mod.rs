@@ -215,6 +215,18 @@ pub fn kv_size(r: &KvSizeReport) {
             100.0 * g.fraction_of_full
         );
     }
+    if let Some(m) = &r.measured {
+        outln!(
+            "measured: a real cache of {} positions (f32, filled in {} passes) reserves {} and its rows hold {}: {:.1} % and {:.1} % of every layer holding every position ({})",
+            m.positions,
+            m.passes,
+            human_bytes(m.bytes_reserved),
+            human_bytes(m.bytes_used),
+            100.0 * m.reserved_fraction_of_full,
+            100.0 * m.used_fraction_of_full,
+            human_bytes(m.full_bytes)
+        );
+    }
 }
 
 /// `kvlab bench` on the CPU.
