@@ -160,6 +160,13 @@ APPEND=1 measure kv_vs_weights.jsonl -- kv-size --layers 32 --kv-heads 32 --head
 APPEND=1 measure kv_vs_weights.jsonl -- kv-size --layers 32 --kv-heads 8 --head-dim 128 --params 8030261248 --name "Llama-3-8B (GQA 32/8)" --seq-len 32768 --json
 # Gemma 3 270M from its config: MQA (4 query heads, 1 KV head) and 15 local layers of 18.
 APPEND=1 measure kv_vs_weights.jsonl -- kv-size --model models/gemma-3-270m --name "Gemma 3 270M (MQA 4/1, hybrid)" --seq-len 32768 --json
+# TPOT against the context to 8k for both real models, each on its own cache (Gemma 3:
+# a ring per local layer), one JSON line each.
+selected tpot_context && rm -f "$DATA/tpot_context.jsonl" "$DATA/tpot_context.cmd"
+APPEND=1 measure tpot_context.jsonl -- bench-context --model "$MODEL" --contexts "$LONG_CONTEXTS" --reps "$REPS" --json
+APPEND=1 measure tpot_context.jsonl -- bench-context --model models/gemma-3-270m --contexts "$LONG_CONTEXTS" --reps "$REPS" --json
+# The measured hybrid cache at 32k against its formula.
+measure kv_measured_gemma.json -- kv-size --model models/gemma-3-270m --seq-len 32768 --dtype f32 --measure --json
 # Speculative decoding: every drafter at every draft length, on an input-grounded prompt
 # (the answer copies the input) and on an open-ended one.
 measure spec_sweep_fix_typos.json -- spec-sweep --model "$MODEL" --prompt-file prompts/fix-typos.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json

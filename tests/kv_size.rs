@@ -176,7 +176,7 @@ fn gemma3s_hybrid_cache_measured_at_32k_is_the_per_group_formula() {
         (3 * context + 15 * (511 + pass)) * row
     );
     assert_eq!(measured.passes, context.div_ceil(pass));
-    assert!((measured.used_fraction_of_full - 0.1806).abs() < 1e-4);
+    assert!((measured.used_fraction_of_full - 0.1797).abs() < 1e-4); // ≈ 18 %
 }
 
 /// A model without local layers: the measured cache is the full one, byte for byte.

@@ -168,6 +168,8 @@ fn cases() -> Vec<Case> {
         bad("--prompt-file missing", |m| on("generate", m, &["--prompt-file", &s(m.join("nope.txt"))]), "nope.txt"),
         bad("kv-size --params 0", |_| plain(&["kv-size", "--layers", "2", "--kv-heads", "2", "--head-dim", "8", "--seq-len", "4", "--params", "0"]), "--params 0 is too small"),
         bad("kv-size --params u64::MAX", |_| plain(&["kv-size", "--layers", "2", "--kv-heads", "2", "--head-dim", "8", "--seq-len", "4", "--params", MAX]), "overflows a 64-bit byte count: give the real parameter count"),
+        bad("kv-size --measure without a model", |_| plain(&["kv-size", "--layers", "2", "--kv-heads", "2", "--head-dim", "8", "--seq-len", "4", "--measure"]), "--measure fills the cache kvlab builds for a model: give --model DIR"),
+        bad("kv-size --measure past its bound", |m| on("kv-size", m, &["--seq-len", "100000000", "--measure"]), "give a smaller --seq-len"),
         bad("gqa --sweep with one context", |_| plain(&["gqa", "--sweep", "512"]), "give at least two contexts between 1 and 8191"),
         bad("gqa --sweep past the context", |_| plain(&["gqa", "--sweep", "1,9000"]), "give at least two contexts between 1 and 8191"),
         // ---- compare, trace, demo ----

@@ -25,6 +25,7 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
         "kv_vs_weights",
         "long_context_step",
         "long_context_total",
+        "tpot_context",
         "attention_map",
         "attention_sink",
         "spec_sweep_story",
@@ -57,6 +58,13 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
         }
     }
     let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    // Both models' lines, each with its layers and its own step times.
+    let tpot = read("tpot_context.md");
+    assert!(
+        tpot.contains("smollm2-135m-instruct (0 of 30 layers local)")
+            && tpot.contains("gemma-3-270m (15 of 18 layers local)"),
+        "{tpot}"
+    );
     // The load test's stalls: each policy's figures from its own report.
     let stalls = read("loadtest_stalls.md");
     assert!(

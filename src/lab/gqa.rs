@@ -81,7 +81,7 @@ fn variant(n_heads: usize, n_kv_heads: usize) -> &'static str {
 /// before each of `reps` steps (after a warm-up one). Their median, in ms.
 pub fn median_step_ms(
     model: &Model,
-    cache: &mut PreallocatedCache,
+    cache: &mut dyn KvStore,
     context: usize,
     reps: usize,
 ) -> Result<f64> {

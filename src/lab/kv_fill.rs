@@ -8,6 +8,7 @@ use crate::cache::{contiguous_full, KvStore};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::kv_size::MeasuredKv;
+use crate::rng::Rng;
 
 /// The most bytes `--measure` may fill: enough for Gemma 3 270M at 32k (0.2 GiB) or
 /// SmolLM2 at its 8k context (0.4 GiB), far from what a 2-core, 24 GiB machine holds.
@@ -28,18 +29,7 @@ pub fn measure_kv(config: &Config, positions: usize) -> Result<MeasuredKv> {
             ))
         })?;
     let mut cache = contiguous_full(config, positions)?;
-    let kv_dim = config.n_kv_heads() * config.head_dim();
-    let mut passes = 0;
-    while cache.len() < positions {
-        let n = (positions - cache.len()).min(cache.max_pass_tokens().max(1));
-        let zeros = vec![0.0f32; n * kv_dim]; // [n, kv_dim]
-        cache.prepare(&vec![0; n])?;
-        for layer in 0..config.num_hidden_layers {
-            cache.write(layer, &zeros, &zeros)?;
-        }
-        cache.advance(n);
-        passes += 1;
-    }
+    let passes = fill(&mut *cache, config, positions, None)?;
     let (reserved, used) = (cache.bytes_reserved(), cache.bytes_used());
     Ok(MeasuredKv {
         positions,
@@ -52,3 +42,36 @@ pub fn measure_kv(config: &Config, positions: usize) -> Result<MeasuredKv> {
     })
 }
 // ANCHOR_END: measure_kv
+
+// ANCHOR: fill
+/// Writes positions `len..positions` into `cache` pass by pass, as a prefill would:
+/// each pass as many positions as the cache takes at once, every layer, K and V
+/// random in [-1, 1) from `rng` (zeros without one: bytes do not depend on values,
+/// and a decode step's time depends on how many rows it reads, not what they hold).
+/// Returns the passes it took.
+pub fn fill(
+    cache: &mut dyn KvStore,
+    config: &Config,
+    positions: usize,
+    mut rng: Option<&mut Rng>,
+) -> Result<usize> {
+    let kv_dim = config.n_kv_heads() * config.head_dim();
+    let mut passes = 0;
+    while cache.len() < positions {
+        let n = (positions - cache.len()).min(cache.max_pass_tokens().max(1));
+        cache.prepare(&vec![0; n])?;
+        let mut k = vec![0.0f32; n * kv_dim]; // [n, kv_dim]
+        let mut v = vec![0.0f32; n * kv_dim];
+        for layer in 0..config.num_hidden_layers {
+            if let Some(rng) = rng.as_deref_mut() {
+                k.iter_mut().for_each(|x| *x = rng.symmetric(1.0));
+                v.iter_mut().for_each(|x| *x = rng.symmetric(1.0));
+            }
+            cache.write(layer, &k, &v)?;
+        }
+        cache.advance(n);
+        passes += 1;
+    }
+    Ok(passes)
+}
+// ANCHOR_END: fill

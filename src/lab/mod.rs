@@ -51,5 +51,6 @@ pub mod shared_prompt;
 pub mod spec_sweep;
 pub mod speculative;
 pub mod timing;
+pub mod tpot_context;
 pub mod trace;
 pub mod verify_cost;

@@ -23,7 +23,7 @@ mod print;
 use clap::{Parser, Subcommand};
 use cmd::attention::AttentionMapArgs;
 use cmd::batch::{BenchBatchArgs, BenchDisaggArgs};
-use cmd::bench::{BenchArgs, BenchCacheArgs, BenchKvArgs};
+use cmd::bench::{BenchArgs, BenchCacheArgs, BenchContextArgs, BenchKvArgs};
 use cmd::cache::{CapacityArgs, PrefixArgs, TraceArgs};
 use cmd::chat::ChatArgs;
 use cmd::eval::EvalArgs;
@@ -74,6 +74,8 @@ enum Command {
     BenchCache(BenchCacheArgs),
     /// Decode speed of each --kv policy (full, int8, int4, ...) at long contexts.
     BenchKv(BenchKvArgs),
+    /// TPOT against the context (to 8k), on the model's own cache (a ring per local layer).
+    BenchContext(BenchContextArgs),
     /// One head's attention probabilities on a prompt (the causal mask, made visible) and
     /// every layer's attention on the first token.
     AttentionMap(AttentionMapArgs),
@@ -132,6 +134,7 @@ fn main() {
         Command::Chat(args) => cmd::chat::chat(args),
         Command::BenchCache(args) => cmd::bench::bench_cache(args),
         Command::BenchKv(args) => cmd::bench::bench_kv(args),
+        Command::BenchContext(args) => cmd::bench::bench_context(args),
         Command::AttentionMap(args) => cmd::attention::attention_map(args),
         Command::Plot(args) => plot::plot(args),
         Command::Gqa(args) => cmd::gqa::gqa(args),

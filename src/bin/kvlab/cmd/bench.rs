@@ -206,3 +206,33 @@ pub fn bench_kv(args: BenchKvArgs) -> Result<()> {
     print::kv_bench(&report);
     Ok(())
 }
+
+#[derive(Args)]
+pub struct BenchContextArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Contexts at which to time one decode step (each below the model's context).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,1024,2048,4096,6000,8000"
+    )]
+    pub contexts: Vec<usize>,
+    /// Timed repetitions (medians are reported).
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    #[command(flatten)]
+    pub out: JsonArgs,
+}
+
+/// `kvlab bench-context`: TPOT against the context on the model's own cache.
+pub fn bench_context(args: BenchContextArgs) -> Result<()> {
+    in_range("--reps", args.reps, 1, MAX_REPS, "timed repetitions")?;
+    let loaded = args.model.load(0, false)?;
+    let report = lab::tpot_context::run(&loaded.model, &loaded.name, &args.contexts, args.reps)?;
+    if args.out.json {
+        return print::json(&report);
+    }
+    print::tpot_context(&report);
+    Ok(())
+}

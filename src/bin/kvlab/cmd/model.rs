@@ -38,7 +38,7 @@ pub struct KvSizeArgs {
     pub name: Option<String>,
     /// Also build the cache kvlab's cached path uses for --model (a ring per local
     /// layer for Gemma 3), fill it with --seq-len positions and count its bytes.
-    #[arg(long, requires = "model")]
+    #[arg(long)]
     pub measure: bool,
     #[command(flatten)]
     pub out: JsonArgs,
@@ -94,6 +94,11 @@ pub fn kv_size(args: KvSizeArgs) -> Result<()> {
     };
     at_least("--seq-len", args.seq_len, 1)?;
     at_least("--batch", args.batch, 1)?;
+    if args.measure && model_config.is_none() {
+        return Err(Error::InvalidArgument(
+            "--measure fills the cache kvlab builds for a model: give --model DIR".into(),
+        ));
+    }
     // Checked: 2^62 tokens is an overflow error, not "0 bytes".
     let mut report = shape.report(args.seq_len, args.batch)?;
     report.name = name;

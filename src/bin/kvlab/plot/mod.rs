@@ -81,6 +81,11 @@ const FIGURES: &[Figure] = &[
         draw: timing::long_context_total,
     },
     Figure {
+        name: "tpot_context",
+        inputs: &["tpot_context.jsonl"],
+        draw: timing::tpot_context,
+    },
+    Figure {
         name: "cumulative_time",
         inputs: &["compare.json"],
         draw: timing::cumulative_time,

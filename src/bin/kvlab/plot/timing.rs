@@ -372,3 +372,51 @@ pub fn long_context_total(data: &Data) -> DrawResult<(String, String)> {
     );
     Ok((svg, what))
 }
+
+/// The chapter "A model trained with a sliding window": each real model's decode step
+/// against the context, on its own cache (`kvlab bench-context`, one JSON line each).
+pub fn tpot_context(data: &Data) -> DrawResult<(String, String)> {
+    let runs = data.jsonl("tpot_context.jsonl")?;
+    let mut series = Vec::new();
+    let mut lines = Vec::new();
+    for (r, color) in runs.iter().zip([BLUE, RED, GREEN]) {
+        let model = field(r, "model")?.as_str().ok_or("a run has no model")?;
+        let name = model.rsplit('/').next().unwrap_or(model).to_string();
+        let points = array(r, "points")?;
+        let steps = pairs(points, "context", "step_ms")?;
+        let ((x0, y0), (x1, y1)) = first_last(&steps)?;
+        let last = points.last().ok_or("a run has no points")?;
+        let mib = |key: &str| -> DrawResult<f64> { Ok(num(last, key)? / f64::from(1u32 << 20)) };
+        lines.push(format!(
+            "{name} ({} of {} layers local): {y0:.1} ms at {x0:.0} to {y1:.1} ms at {x1:.0} ({:.2}x), its step reading {:.1} MiB of cache at {x1:.0} of the {:.1} MiB every layer would hold",
+            num(r, "local_layers")?,
+            num(r, "layers")?,
+            y1 / y0,
+            mib("kv_bytes_read")?,
+            mib("kv_bytes_full")?
+        ));
+        series.push(Series::new(&name, color, Style::LinePoints, steps).note(
+            x1,
+            y1,
+            format!(" {y1:.0} ms"),
+        ));
+    }
+    let chart = Chart {
+        title: "Decode step against the context, each model on its own cache".into(),
+        x: Axis::linear("positions in the KV cache"),
+        y: Axis::linear("ms per decode step (TPOT)"),
+        series,
+        legend: SeriesLabelPosition::UpperLeft,
+    };
+    let svg = chart::svg(chart::SIZE, |root| chart::draw(root, &chart))?;
+    let machine = runs
+        .first()
+        .and_then(|r| r.get("machine"))
+        .and_then(Value::as_str)
+        .unwrap_or("?");
+    let what = format!(
+        "The median cached decode step of each real model (its own weights, f32 rows; the cache filled with synthetic K and V) at each context, on {machine}. {}.",
+        lines.join("; ")
+    );
+    Ok((svg, what))
+}

@@ -229,6 +229,29 @@ pub fn kv_size(r: &KvSizeReport) {
     }
 }
 
+/// `kvlab bench-context`: one line per context.
+pub fn tpot_context(r: &kvlab::lab::tpot_context::TpotContextReport) {
+    outln!(
+        "kvlab bench-context — {} ({} layers, {} local) on {}, median of {} steps",
+        r.model,
+        r.layers,
+        r.local_layers,
+        r.machine,
+        r.reps
+    );
+    outln!("context  step ms  KV read      KV reserved  every position");
+    for p in &r.points {
+        outln!(
+            "{:>7}  {:>7.2}  {:>11}  {:>11}  {:>11}",
+            p.context,
+            p.step_ms,
+            human_bytes(p.kv_bytes_read),
+            human_bytes(p.kv_bytes_reserved),
+            human_bytes(p.kv_bytes_full)
+        );
+    }
+}
+
 /// `kvlab bench` on the CPU.
 pub fn bench(r: &BenchReport) {
     outln!(
