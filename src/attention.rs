@@ -202,9 +202,10 @@ fn attend_group<R: KvHeads + ?Sized>(
     let kv_mul = n_heads / n_kv_heads;
     let scale = 1.0 / (head_dim as f32).sqrt();
     let m = q_rows.len() / (n_heads * head_dim);
-    let end = first_pos + m; // keys 0..end: the causal horizon of the last row
-                             // The oldest key row `i` sees: 0, or the start of its window. A key no row of this
-                             // task sees is never read (a local layer's decode reads `window` keys, not them all).
+    // Keys 0..end: the causal horizon of the last row.
+    let end = first_pos + m;
+    // The oldest key row `i` sees: 0, or the start of its window. A key no row of this
+    // task sees is never read (a local layer's decode reads `window` keys, not them all).
     let oldest = |i: usize| window.map_or(0, |w| (first_pos + i + 1).saturating_sub(w));
 
     // Scores, `[m, kv_mul, end]`: each key is read once, in place, and scored

@@ -33,7 +33,7 @@ use rayon::prelude::*;
 /// One transformer block's weights. Matrices are `[d_in, d_out]`: PyTorch's
 /// `[d_out, d_in]` transposed at load time, so `y = x · W` reads contiguous rows of `W`.
 /// A norm holds the factor each normalised element is multiplied by: Gemma's checkpoints
-/// store `w` for a factor of `1 + w`, and the loader adds the 1 (`loader::norm_offset`).
+/// store `w` for a factor of `1 + w`, and the loader adds the 1 (`loader::GEMMA_NORM_OFFSET`).
 /// Their element type `E` is f32 as loaded, bf16 (`Model::to_bf16`, half the bytes for
 /// memory-bound decode) or int8 blocks (`Model::to_int8`: the array is then
 /// `[d_in / 32, d_out / 16]` blocks, see `simd::q8`); norms and biases stay f32.

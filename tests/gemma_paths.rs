@@ -348,3 +348,34 @@ fn the_embedding_is_scaled_by_the_root_of_dim_for_gemma_only() {
         .unwrap();
     assert_eq!(hidden.row(0), llama.embed.row(7));
 }
+
+/// `kvlab eval --model-window`: the trained window against itself is the identity (KL 0,
+/// every top-1 equal); a wider one changes the predictions once the text is longer than
+/// the trained window; a model without local layers is refused, naming `--kv window`.
+#[test]
+fn eval_with_another_model_window_is_exact_at_the_trained_one_and_differs_past_it() {
+    use kvlab::lab::eval::eval_model_window;
+    let config = tiny_gemma_config(2, 1, 8, 48, 3, &[true, true, false]);
+    let model = Model::random(config, 11).unwrap();
+    let ids: Vec<u32> = (0..24).map(|i| (i * 7 % 48) as u32).collect();
+    let same = eval_model_window(&model, &ids, 3).unwrap();
+    assert_eq!(same.mean_kl, 0.0);
+    assert_eq!(same.top1_agreement, 1.0);
+    assert_eq!(same.perplexity.to_bits(), same.trained_perplexity.to_bits());
+    let wider = eval_model_window(&model, &ids, 24).unwrap();
+    assert!(wider.mean_kl > 0.0, "{wider:?}");
+    assert_eq!(
+        wider.trained_perplexity.to_bits(),
+        same.trained_perplexity.to_bits()
+    );
+    assert!(
+        wider.kv_cache_bytes >= wider.trained_kv_cache_bytes,
+        "{wider:?}"
+    );
+    // Within the trained window nothing changes: 3 tokens see the same positions.
+    let short = eval_model_window(&model, &ids[..3], 24).unwrap();
+    assert_eq!(short.mean_kl, 0.0);
+    let llama = Model::random(common::tiny_config(2, 2, 1, 8, 48), 1).unwrap();
+    let err = eval_model_window(&llama, &ids, 4).unwrap_err().to_string();
+    assert!(err.contains("--kv window"), "{err}");
+}

@@ -16,7 +16,7 @@
 //! - `KL(p || q) = Σ_v p_v (log p_v - log q_v)`, in nats: what the policy's rounding or
 //!   forgetting changes in the whole distribution, not only at the true token.
 
-use crate::cache::{new_policy_store, KvPolicy, KvStore, PreallocatedCache};
+use crate::cache::{contiguous_full, new_policy_store, KvPolicy, KvStore, PreallocatedCache};
 use crate::error::{Error, Result};
 use crate::model::{KvSource, Model};
 use crate::simd::WeightElem;
@@ -174,3 +174,94 @@ pub fn eval<E: WeightElem>(model: &Model<E>, ids: &[u32], policy: KvPolicy) -> R
     })
 }
 // ANCHOR_END: eval
+
+// ANCHOR: window_report
+/// What `kvlab eval --model-window N` measures: a model with local layers (Gemma 3) run
+/// with their window set to `N`, against the same weights with the window they were
+/// trained with, both teacher-forced on one text.
+#[derive(Debug, Clone, Serialize)]
+pub struct WindowEvalReport {
+    pub n_tokens: usize,
+    /// The local layers' window in config.json (Gemma 3 270M: 512).
+    pub trained_window: usize,
+    /// The window they ran with instead (one at least as long as the text removes it).
+    pub window: usize,
+    pub local_layers: usize,
+    pub layers: usize,
+    pub perplexity: f64,
+    /// The model as trained, on the same tokens (the reference).
+    pub trained_perplexity: f64,
+    pub top1_agreement: f64,
+    /// Mean and largest KL(trained || with `window`), in nats.
+    pub mean_kl: f64,
+    pub max_kl: f64,
+    /// Bytes each run's own cache reserved for the text (a ring per local layer).
+    pub kv_cache_bytes: usize,
+    pub trained_kv_cache_bytes: usize,
+}
+// ANCHOR_END: window_report
+
+// ANCHOR: eval_window
+/// Runs `ids` through `model` as trained and with its local layers' window set to
+/// `window`, each in one prefill on its own cache (`cache/hybrid.rs`: a ring per local
+/// layer, fed in passes), and compares the next-token distributions position by position.
+pub fn eval_model_window(model: &Model, ids: &[u32], window: usize) -> Result<WindowEvalReport> {
+    let config = &model.config;
+    let layers = config.num_hidden_layers;
+    let local_layers = (0..layers)
+        .filter(|&l| config.layer_window(l).is_some())
+        .count();
+    let Some(trained_window) = config.gemma.sliding_window.filter(|_| local_layers > 0) else {
+        return Err(Error::InvalidArgument(
+            "--model-window sets the window of a model's local layers, and this model has none: impose a window on every layer with --kv window".into(),
+        ));
+    };
+    let n = ids.len();
+    if n < 2 || n > config.max_position_embeddings {
+        return Err(Error::InvalidArgument(format!(
+            "the text is {n} tokens: --model-window needs 2 to {} (the model's context)",
+            config.max_position_embeddings
+        )));
+    }
+    let mut changed = config.clone();
+    changed.gemma.sliding_window = Some(window);
+    let windowed = model.with_config(changed)?;
+    // One prefill each, in the passes its cache takes: the hidden state of every position.
+    let run = |m: &Model| -> Result<(Vec<Vec<f32>>, usize)> {
+        let mut cache = contiguous_full(&m.config, n)?;
+        let mut logits = Vec::with_capacity(n);
+        let mut done = 0;
+        while done < n {
+            let take = (n - done).min(cache.max_pass_tokens().max(1));
+            let hidden =
+                m.forward_hidden(&ids[done..done + take], &mut KvSource::Cache(&mut *cache))?;
+            for row in hidden.rows() {
+                logits.push(m.logits(row.as_slice().expect("contiguous")));
+            }
+            done += take;
+        }
+        Ok((logits, cache.bytes_reserved()))
+    };
+    let (trained, trained_bytes) = run(model)?;
+    let (other, bytes) = run(&windowed)?;
+    let mut totals = Totals::default();
+    for i in 0..n - 1 {
+        totals.add(&trained[i], &other[i], ids[i + 1])?;
+    }
+    let count = totals.n as f64;
+    Ok(WindowEvalReport {
+        n_tokens: n,
+        trained_window,
+        window,
+        local_layers,
+        layers,
+        perplexity: (totals.nll / count).exp(),
+        trained_perplexity: (totals.full_nll / count).exp(),
+        top1_agreement: totals.agree as f64 / count,
+        mean_kl: totals.kl / count,
+        max_kl: totals.max_kl,
+        kv_cache_bytes: bytes,
+        trained_kv_cache_bytes: trained_bytes,
+    })
+}
+// ANCHOR_END: eval_window

@@ -2,10 +2,11 @@
 //! cache: perplexity, top-1 agreement, KL, KV bytes (book: kv-quantization.md).
 
 use crate::args::{JsonArgs, KvArgs, ModelArgs};
+use crate::checks::at_least;
 use crate::print;
 use clap::Args;
 use kvlab::error::{Error, Result};
-use kvlab::lab::eval::eval as eval_text;
+use kvlab::lab::eval::{eval as eval_text, eval_model_window};
 use kvlab::limits::{read_text_capped, MAX_PROMPT_BYTES};
 use std::path::PathBuf;
 
@@ -21,6 +22,11 @@ pub struct EvalArgs {
     /// Score only the first N tokens of the text.
     #[arg(long)]
     pub max_tokens: Option<usize>,
+    /// Instead of a --kv policy: run a model with local layers (Gemma 3, trained with a
+    /// window of 512) with their window set to N positions, against the model as trained
+    /// (one as long as the text removes the window).
+    #[arg(long, value_name = "N")]
+    pub model_window: Option<usize>,
     #[command(flatten)]
     pub out: JsonArgs,
 }
@@ -53,6 +59,20 @@ pub fn eval(args: EvalArgs) -> Result<()> {
     let mut ids = tokenizer.encode(&text)?;
     if let Some(max) = args.max_tokens {
         ids.truncate(max);
+    }
+    if let Some(window) = args.model_window {
+        if !policy.is_exact() {
+            return Err(Error::InvalidArgument(
+                "--model-window compares the model with another window, on its own cache: drop --kv".into(),
+            ));
+        }
+        at_least("--model-window", window, 1)?;
+        let report = eval_model_window(&loaded.model, &ids, window)?;
+        if args.out.json {
+            return print::json(&report);
+        }
+        print::eval_window(&report);
+        return Ok(());
     }
     let report = eval_text(&loaded.model, &ids, policy)?;
     if args.out.json {

@@ -5,6 +5,35 @@ use kvlab::lab::eval::EvalReport;
 use kvlab::lab::kv_bench::KvBench;
 
 /// One eval report: the policy's accuracy against the full cache, and its bytes.
+/// `kvlab eval --model-window N`.
+pub fn eval_window(r: &kvlab::lab::eval::WindowEvalReport) {
+    outln!(
+        "window:          {} positions in {} of {} layers, against the {} it was trained with ({} tokens, {} predicted, one prefill each)",
+        r.window,
+        r.local_layers,
+        r.layers,
+        r.trained_window,
+        r.n_tokens,
+        r.n_tokens - 1
+    );
+    outln!(
+        "perplexity:      {:.4} (as trained: {:.4})",
+        r.perplexity,
+        r.trained_perplexity
+    );
+    outln!("top-1 agreement: {:.2} %", 100.0 * r.top1_agreement);
+    outln!(
+        "mean KL:         {:.3e} nats (max {:.3e})",
+        r.mean_kl,
+        r.max_kl
+    );
+    outln!(
+        "KV cache:        {} (as trained: {})",
+        human_bytes(r.kv_cache_bytes),
+        human_bytes(r.trained_kv_cache_bytes)
+    );
+}
+
 pub fn eval(r: &EvalReport) {
     outln!(
         "policy:          {} ({} tokens, {} predicted{})",
