@@ -214,12 +214,13 @@ impl KvStore for HybridCache {
         if len >= self.len {
             return;
         }
-        // A local layer must still hold the `window - 1` positions before `len`.
+        // A local layer must still hold the `window - 1` positions before `len` (none for
+        // a window of 1); intact are the last `slots` positions ever written.
         let served = self.layers.iter().all(|rows| match rows.window {
             None => true,
             Some(w) => {
-                len.saturating_sub(w.saturating_sub(1))
-                    >= self.high_water.saturating_sub(rows.slots)
+                let oldest_seen = len.saturating_sub(w.saturating_sub(1));
+                oldest_seen == len || oldest_seen >= self.high_water.saturating_sub(rows.slots)
             }
         });
         if served {
