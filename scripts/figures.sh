@@ -165,8 +165,6 @@ APPEND=1 measure kv_vs_weights.jsonl -- kv-size --model models/gemma-3-270m --na
 selected tpot_context && rm -f "$DATA/tpot_context.jsonl" "$DATA/tpot_context.cmd"
 APPEND=1 measure tpot_context.jsonl -- bench-context --model "$MODEL" --contexts "$LONG_CONTEXTS" --reps "$REPS" --json
 APPEND=1 measure tpot_context.jsonl -- bench-context --model models/gemma-3-270m --contexts "$LONG_CONTEXTS" --reps "$REPS" --json
-# The measured hybrid cache at 32k against its formula.
-measure kv_measured_gemma.json -- kv-size --model models/gemma-3-270m --seq-len 32768 --dtype f32 --measure --json
 # Speculative decoding: every drafter at every draft length, on an input-grounded prompt
 # (the answer copies the input) and on an open-ended one.
 measure spec_sweep_fix_typos.json -- spec-sweep --model "$MODEL" --prompt-file prompts/fix-typos.txt --chat --drafters "$SPEC_DRAFTERS" --draft-lens "$SPEC_DRAFT_LENS" --max-new-tokens "$SPEC_NEW" --json

@@ -92,7 +92,10 @@ mod tests {
         assert_eq!(slots, 5);
         assert!(rollback_served(20, 20, 4, slots), "no rollback at all");
         assert!(rollback_served(18, 20, 4, slots), "one pass back");
-        assert!(!rollback_served(17, 20, 4, slots), "position 14 was overwritten by 19");
+        assert!(
+            !rollback_served(17, 20, 4, slots),
+            "position 14 was overwritten by 19"
+        );
         // Early on, nothing was overwritten yet.
         assert!(rollback_served(1, 4, 4, slots));
     }

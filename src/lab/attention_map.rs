@@ -44,12 +44,14 @@ pub struct AttentionMap {
 /// The attention probabilities of every head, `[n_heads][t][rows_before + t]`, for the
 /// queries `q` `[t, n_heads * head_dim]` of one layer (already rotated) over the rows
 /// `kv` their attention read: query `i` sees rows `0..=rows_before + i` (on the naive
-/// path `rows_before` is 0 and the map is square).
+/// path `rows_before` is 0 and the map is square), or in a local layer (`window`, Gemma 3)
+/// only the last `window` of them.
 pub fn attention_probs(
     q: &[f32],
     kv: &dyn KvHeads,
     rows_before: usize,
     heads: Heads,
+    window: Option<usize>,
 ) -> Vec<Vec<Vec<f32>>> {
     let Heads {
         n_heads,
@@ -68,13 +70,15 @@ pub fn attention_probs(
         for i in 0..t {
             let q_head = &q[i * q_dim + h * head_dim..][..head_dim];
             let seen = rows_before + i + 1;
-            let mut row = vec![0.0f32; rows_before + t]; // j >= seen stays 0: the mask
-            for (j, score) in row.iter_mut().enumerate().take(seen) {
+            // The oldest row the window holds (0 in a global layer): as attend_group's mask.
+            let from = window.map_or(0, |w| seen.saturating_sub(w));
+            let mut row = vec![0.0f32; rows_before + t]; // outside from..seen stays 0: the mask
+            for (j, score) in row.iter_mut().enumerate().take(seen).skip(from) {
                 let k_head = kv.key_head(j, kv_head, head_dim, &mut scratch);
                 // The engine's own q·k (a fixed-order dot, src/attention.rs).
                 *score = attention::score(q_head, k_head) * scale;
             }
-            ops::softmax(&mut row[..seen]);
+            ops::softmax(&mut row[from..seen]);
             map.push(row);
         }
         probs.push(map);
@@ -87,6 +91,8 @@ pub fn attention_probs(
 struct MapObserver {
     layer: usize,
     head: usize,
+    /// Each layer's window (`Config::layer_window`): `None` in a global layer.
+    windows: Vec<Option<usize>>,
     probs: Vec<Vec<f32>>,
     first_token_mass: Vec<f64>,
 }
@@ -102,7 +108,8 @@ impl PassObserver for MapObserver {
         heads: Heads,
         _out: &[f32],
     ) {
-        let layer_probs = attention_probs(q, kv.as_heads(), rows_before, heads);
+        let window = self.windows.get(layer).copied().flatten();
+        let layer_probs = attention_probs(q, kv.as_heads(), rows_before, heads, window);
         let t = layer_probs.first().map_or(0, |head| head.len());
         let rows = (t.saturating_sub(1)).max(1) * heads.n_heads;
         let mass: f64 = layer_probs
@@ -136,6 +143,9 @@ pub fn attention_map(
     let mut observer = MapObserver {
         layer,
         head,
+        windows: (0..n_layers)
+            .map(|l| model.config.layer_window(l))
+            .collect(),
         probs: Vec::new(),
         first_token_mass: Vec::with_capacity(n_layers),
     };
@@ -175,12 +185,14 @@ mod tests {
     struct Checker {
         layers_seen: usize,
         rows_before_seen: Vec<usize>,
+        /// Each layer's window, as the pass applies it.
+        windows: Vec<Option<usize>>,
     }
 
     impl PassObserver for Checker {
         fn attention(
             &mut self,
-            _: usize,
+            layer: usize,
             _: usize,
             q: &[f32],
             kv: &KvView,
@@ -191,7 +203,8 @@ mod tests {
             let (head_dim, q_dim) = (heads.head_dim, heads.n_heads * heads.head_dim);
             let rows = kv.as_heads();
             let mut scratch = vec![0.0f32; head_dim];
-            for (h, head) in attention_probs(q, rows, rows_before, heads)
+            let window = self.windows[layer];
+            for (h, head) in attention_probs(q, rows, rows_before, heads, window)
                 .iter()
                 .enumerate()
             {
@@ -199,6 +212,8 @@ mod tests {
                 for (i, row) in head.iter().enumerate() {
                     let seen = rows_before + i + 1;
                     assert!(row[seen..].iter().all(|&p| p == 0.0), "causal mask");
+                    let from = window.map_or(0, |w| seen.saturating_sub(w));
+                    assert!(row[..from].iter().all(|&p| p == 0.0), "window mask");
                     let sum: f32 = row.iter().sum();
                     assert!((sum - 1.0).abs() < 1e-5, "row {i} sums to {sum}");
                     // Σ_j p_ij v_j in order of j, as attention_over sums it.
@@ -224,6 +239,7 @@ mod tests {
         let mut checker = Checker {
             layers_seen: 0,
             rows_before_seen: vec![],
+            windows: vec![None; 3],
         };
         model
             .forward_layers_observed(&[&tokens], &mut KvSource::ThisPass, 3, &mut checker)
@@ -244,6 +260,43 @@ mod tests {
         assert_eq!(checker.rows_before_seen, [0, 0, 0, 0, 0, 0, 9, 9, 9]);
     }
 
+    /// A Gemma-shaped model with a window of 3 in layers 0 and 2: the map is zero outside
+    /// each local query's window, and still what the pass used, bit for bit.
+    #[test]
+    fn a_local_layers_map_is_its_window_bit_for_bit() {
+        use crate::config::{GemmaSettings, FULL, GEMMA3, SLIDING};
+        let mut config = tiny_model().config;
+        config.model_type = GEMMA3.into();
+        config.head_dim = Some(16);
+        config.gemma = GemmaSettings {
+            hidden_activation: Some("gelu_pytorch_tanh".into()),
+            query_pre_attn_scalar: Some(16.0),
+            sliding_window: Some(3),
+            layer_types: Some([SLIDING, FULL, SLIDING].map(String::from).to_vec()),
+            ..GemmaSettings::default()
+        };
+        let model = Model::random(config, 3).unwrap();
+        let windows: Vec<_> = (0..3).map(|l| model.config.layer_window(l)).collect();
+        assert_eq!(windows, [Some(3), None, Some(3)]);
+        let tokens: Vec<u32> = (0..9).map(|i| (i * 31 + 5) % 97).collect();
+        let mut checker = Checker {
+            layers_seen: 0,
+            rows_before_seen: vec![],
+            windows,
+        };
+        model
+            .forward_layers_observed(&[&tokens], &mut KvSource::ThisPass, 3, &mut checker)
+            .unwrap();
+        assert_eq!(checker.layers_seen, 3);
+        let map = attention_map(&model, &tokens, 0, 1).unwrap();
+        assert_eq!(
+            map.probs[8][..6],
+            [0.0; 6],
+            "the last query sees positions 6..=8"
+        );
+        assert!(attention_map(&model, &tokens, 1, 1).unwrap().probs[8][0] > 0.0);
+    }
+
     #[test]
     fn watching_the_pass_changes_none_of_its_bits() {
         let model = tiny_model();
@@ -254,6 +307,7 @@ mod tests {
         let mut observer = MapObserver {
             layer: 1,
             head: 2,
+            windows: vec![None; 3],
             probs: vec![],
             first_token_mass: vec![],
         };
