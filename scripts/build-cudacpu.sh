@@ -34,7 +34,7 @@ for f in tools/cudacpu/*.cpp; do jobs+=("$f"); done
 
 # Compile what changed (a file newer than its object, or a header or this script newer),
 # as many at a time as there are cores.
-warn=(-Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-unused-variable)
+warn=(-Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-unused-variable -Wno-unknown-pragmas)
 objects=()
 pids=()
 for src in "${jobs[@]}"; do

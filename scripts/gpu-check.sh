@@ -12,16 +12,21 @@
 #         1. the GPU and its driver (nvidia-smi)
 #         2. finds libnvrtc.so.13 (beside its libnvrtc-builtins) and cuda_bf16.h, preferring an
 #            NVRTC no newer than the driver, and exports LD_LIBRARY_PATH and CUDA_INCLUDE_DIR
+#        2b. the roofs seen by a peer: PyTorch's read (x.sum), copy and f32 matmul (no TF32)
 #         3. the CUDA tests: every kernel version against its CPU twin (max error, then time),
 #            fused == unfused bit for bit, GPU naive == cached bit for bit, GPU logits vs CPU
 #            logits, graph replay == eager, greedy tokens GPU == CPU; then every "max error"
 #            line again, as one list
-#         4. the benchmark, f32 and bf16, each kernel plan (unfused v1/v2, fused, fused +
+#         4. the benchmark, f32 and bf16, each kernel plan (unfused v1/v2/v3, fused, fused +
 #            CUDA graphs) at 128/512/1024/2048 tokens of context (KVLAB_BENCH_CONTEXTS=...):
+#            kvlab's own roofs first (read bandwidth, f32 FMA: src/cuda/roof.rs), then
 #            prefill tokens/s, decode tokens/s, naive vs cached step (the gap), fraction of
-#            the HBM roof and of the launch roof (launches x measured launch latency)
+#            the read roof, of the FMA roof and of the launch roof (launches x latency);
+#            the --json reports land in $OUT/gpu-bench-{f32,bf16}.json
 #         5. `kvlab demo --device cuda` in f32 and bf16: naive vs cached through the CLI
-#       Everything is also written to $OUT/gpu-check.log when $OUT is set.
+#       Everything is also written to $OUT/gpu-check.log when $OUT is set. Back here,
+#       `python3 scripts/gpu-figures.py record DIR` turns DIR (what came back) into the book's
+#       record of the run (book/src/figures/data/gpu-h200.json and gpu-h200.log).
 #
 # With the project's device tool: run(command="bash scripts/gpu-check.sh",
 #                                     carry=["target/gpu-check"], timeout_s=540)
@@ -36,6 +41,11 @@ prepare() {
     echo "== building (release, --features cuda)"
     cargo build --release --features cuda
     mkdir -p "$BUNDLE"
+    # The commit the binaries are built from (+changes when src/ or kernels/ differ from it):
+    # the record of the run names it, as the book's stamps name theirs.
+    local dirty=""
+    git diff --quiet HEAD -- src kernels build.rs Cargo.toml Cargo.lock tests || dirty="+changes"
+    echo "$(git rev-parse --short HEAD)$dirty" >"$BUNDLE/COMMIT"
     cp target/release/kvlab "$BUNDLE/kvlab"
     local t test_bin
     for t in "${GPU_TESTS[@]}"; do
@@ -47,7 +57,7 @@ prepare() {
         fi
         cp "$test_bin" "$BUNDLE/${t//_/-}"
     done
-    strip "$BUNDLE"/*
+    strip "$BUNDLE"/kvlab "$BUNDLE"/cuda-*
     echo "== $BUNDLE:"
     ls -l "$BUNDLE"
     local glibc
@@ -160,6 +170,7 @@ run_check() {
     done
     kvlab=$(find_binary kvlab 'target/release/kvlab')
     echo "== kvlab GPU check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), in $PWD"
+    echo "   built from kvlab $(cat "$BUNDLE/COMMIT" 2>/dev/null || echo 'unknown (no target/gpu-check/COMMIT)')"
     echo "   test binaries: ${test_bins[*]:-NOT FOUND}   kvlab: ${kvlab:-NOT FOUND}"
 
     echo "== 1. the GPU"
@@ -177,13 +188,45 @@ run_check() {
 
     find_nvrtc "$driver_cuda"
 
+    echo "== 2b. the roofs by a peer: PyTorch on the same GPU (read, copy, f32 matmul without TF32)"
+    # kvlab measures its own roofs (src/cuda/roof.rs, step 4); this is the same machine seen
+    # through cuBLAS and PyTorch's kernels, so the two can be compared side by side.
+    if timeout 90 python3 - <<'PY' 2>&1; then record "2b. peer roofs" "done"; else record "2b. peer roofs" "FAIL (no torch?)"; fi
+import json, os, torch
+torch.backends.cuda.matmul.allow_tf32 = False
+dev = torch.device("cuda")
+def best(f, reps=10):
+    f(); torch.cuda.synchronize()
+    out = float("inf")
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); f(); b.record(); torch.cuda.synchronize()
+        out = min(out, a.elapsed_time(b) / 1e3)
+    return out
+x = torch.ones(2 << 28, device=dev)  # 2 GiB of f32
+y = torch.empty_like(x)
+read = x.numel() * 4 / best(lambda: x.sum())
+copy = 2 * x.numel() * 4 / best(lambda: y.copy_(x))
+del x, y
+n = 8192
+a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+sgemm = 2 * n**3 / best(lambda: a @ b, 5)
+r = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
+     "read_bytes_per_s": read, "copy_bytes_per_s_read_plus_written": copy,
+     "f32_matmul_flop_per_s_no_tf32": sgemm}
+print(f"   torch {r['torch']} on {r['gpu']}: read (x.sum over 2 GiB) {read/1e9:.0f} GB/s, "
+      f"copy {copy/1e9:.0f} GB/s (read + written), f32 matmul 8192^3 without TF32 {sgemm/1e12:.1f} TFLOP/s")
+if os.environ.get("OUT"):
+    json.dump(r, open(os.path.join(os.environ["OUT"], "peer-roofs.json"), "w"), indent=1)
+PY
+
     echo "== 3. CUDA tests (kernels vs CPU twins, fused == unfused, naive == cached, GPU vs CPU, graphs)"
     if [ "${#test_bins[@]}" -eq "${#GPU_TESTS[@]}" ]; then
         local failed=0 log
         log=$(mktemp)
         for b in "${test_bins[@]}"; do
             echo "-- $b"
-            KVLAB_REQUIRE_GPU=1 timeout 200 "$b" --test-threads=1 --nocapture 2>&1 | tee -a "$log"
+            KVLAB_REQUIRE_GPU=1 timeout 150 "$b" --test-threads=1 --nocapture 2>&1 | tee -a "$log"
             [ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
         done
         echo "-- every kernel version's max error against its CPU twin (from the tests above)"
@@ -201,12 +244,18 @@ run_check() {
     echo "== 4. benchmark: kvlab bench --device cuda (random SmolLM2-shaped model)"
     if [ -n "$kvlab" ]; then
         local dtype
+        local json
         for dtype in f32 bf16; do
+            # --json, kept whole in $OUT (the book's figures are made from it: scripts/gpu-figures.py),
+            # and shown here as a table.
+            json=${OUT:-/tmp}/gpu-bench-$dtype.json
             if timeout 240 "$kvlab" bench --device cuda --gpu-dtype "$dtype" --random-weights \
-                --contexts "${KVLAB_BENCH_CONTEXTS:-128,512,1024,2048}"; then
+                --contexts "${KVLAB_BENCH_CONTEXTS:-128,512,1024,2048}" --json >"$json"; then
                 record "4. bench $dtype" "done"
+                python3 scripts/gpu-figures.py table "$json" || cat "$json"
             else
                 record "4. bench $dtype" "FAIL (exit $?)"
+                cat "$json"
             fi
         done
     fi
@@ -216,7 +265,7 @@ run_check() {
         local dtype
         for dtype in f32 bf16; do
             echo "-- --gpu-dtype $dtype"
-            if timeout 300 "$kvlab" demo --device cuda --gpu-dtype "$dtype" --max-new-tokens 32; then
+            if timeout 120 "$kvlab" demo --device cuda --gpu-dtype "$dtype" --max-new-tokens 32; then
                 record "5. demo $dtype" "PASS"
             else
                 record "5. demo $dtype" "FAIL (exit $?)"

@@ -225,9 +225,17 @@ impl Config {
         (full, local)
     }
 
+    /// How many layers attend to a window rather than the whole prefix (Gemma 3 270M: 15
+    /// of 18; a Llama: none).
+    pub fn local_layers(&self) -> usize {
+        (0..self.num_hidden_layers)
+            .filter(|&l| self.layer_window(l).is_some())
+            .count()
+    }
+
     /// Whether any layer attends to a window rather than the whole prefix.
     pub fn has_local_layers(&self) -> bool {
-        (0..self.num_hidden_layers).any(|l| self.layer_window(l).is_some())
+        self.local_layers() > 0
     }
 
     /// Gemma multiplies the embedding by `√hidden_size` (transformers'

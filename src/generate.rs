@@ -9,6 +9,7 @@ use crate::limits::try_vec;
 use crate::model::{KvSource, Model};
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::simd::WeightElem;
+use ndarray::Array2;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -80,23 +81,47 @@ impl<C: KvStore, E: WeightElem> Decoder for Cached<'_, C, E> {
 
 // ANCHOR_END: paths
 
-/// Runs `tokens` through `cache` in one pass, unless the cache evicts and takes fewer
-/// tokens at once (a window, H2O: book eviction.md); then in passes of what it takes.
-/// Returns the logits of the last token.
+/// Runs `tokens` through `cache` in one pass, unless the cache takes fewer tokens at once
+/// (a window or H2O: book eviction.md; a local layer's ring: `cache/hybrid.rs`); then in
+/// passes of what it takes. Returns the final hidden states of the tokens from `keep_from`
+/// on, `[tokens.len() - keep_from, dim]`: passes change no row's arithmetic (row-independent
+/// kernels), so row for row they are those of one pass.
+pub fn forward_hidden_in_passes<E: WeightElem>(
+    model: &Model<E>,
+    cache: &mut dyn KvStore,
+    tokens: &[u32],
+    keep_from: usize,
+) -> Result<Array2<f32>> {
+    if tokens.is_empty() {
+        return Err(Error::EmptyPrompt);
+    }
+    let dim = model.config.hidden_size;
+    let keep_from = keep_from.min(tokens.len());
+    let mut kept = Vec::new(); // [tokens.len() - keep_from, dim], filled pass by pass
+    let mut done = 0;
+    while done < tokens.len() {
+        let n = (tokens.len() - done).min(cache.max_pass_tokens().max(1));
+        let hidden =
+            model.forward_hidden(&tokens[done..done + n], &mut KvSource::Cache(&mut *cache))?; // [n, dim]
+        let hidden = hidden.as_slice().expect("arrays in kvlab are contiguous");
+        let skip = keep_from.saturating_sub(done).min(n);
+        kept.extend_from_slice(&hidden[skip * dim..]);
+        done += n;
+    }
+    let rows = tokens.len() - keep_from;
+    Ok(Array2::from_shape_vec((rows, dim), kept).expect("every pass gives dim values per row"))
+}
+
+/// Runs a prompt through `cache` ([`forward_hidden_in_passes`]) and returns the logits of
+/// its last token.
 pub fn prefill_in_passes<E: WeightElem>(
     model: &Model<E>,
     cache: &mut dyn KvStore,
     tokens: &[u32],
 ) -> Result<Vec<f32>> {
-    let mut rest = tokens;
-    loop {
-        let n = rest.len().min(cache.max_pass_tokens().max(1));
-        let logits = model.forward(&rest[..n], KvSource::Cache(&mut *cache))?;
-        rest = &rest[n..];
-        if rest.is_empty() {
-            return Ok(logits);
-        }
-    }
+    let last = tokens.len().saturating_sub(1);
+    let hidden = forward_hidden_in_passes(model, cache, tokens, last)?; // [1, dim]
+    Ok(model.logits(hidden.as_slice().expect("contiguous")))
 }
 
 #[derive(Debug, Clone)]

@@ -9,6 +9,7 @@ mod common;
 
 use common::gpu::*;
 
+use kvlab::cuda::roof::RoofSizes;
 use kvlab::cuda::{GpuModel, MatmulVersion};
 use kvlab::device::GpuDtype;
 use kvlab::lab::gpu_bench;
@@ -22,7 +23,8 @@ fn gpu_bench_reports_every_kernel_and_context() {
     let (_, model) = &small[0];
     let mut gm = GpuModel::upload_on(gpu, model, GpuDtype::F32).unwrap();
     let contexts = [4, 9];
-    let report = gpu_bench::run(&mut gm, "small", model.n_params(), &contexts, 3).unwrap();
+    let roof = gm.gpu().measure_roof(RoofSizes::SMALL).unwrap();
+    let report = gpu_bench::run(&mut gm, model, "small", &contexts, 3, roof.clone()).unwrap();
     assert_eq!(report.rows.len(), gpu_bench::PLANS.len() * contexts.len());
     assert_eq!(
         (gm.matmul, gm.fused, gm.graphs),
@@ -33,6 +35,7 @@ fn gpu_bench_reports_every_kernel_and_context() {
     for row in &report.rows {
         for figure in [
             row.prefill_ms,
+            row.prefill_flop_fraction,
             row.decode_ms,
             row.naive_step_ms,
             row.hbm_fraction,
@@ -54,8 +57,8 @@ fn gpu_bench_reports_every_kernel_and_context() {
     }
     println!("{}", serde_json::to_string(&report).unwrap());
     let max = model.config.max_position_embeddings;
-    assert!(gpu_bench::run(&mut gm, "small", model.n_params(), &[max], 3).is_err());
-    assert!(gpu_bench::run(&mut gm, "small", model.n_params(), &[0], 3).is_err());
+    assert!(gpu_bench::run(&mut gm, model, "small", &[max], 3, roof.clone()).is_err());
+    assert!(gpu_bench::run(&mut gm, model, "small", &[0], 3, roof).is_err());
 }
 
 /// Runs on every machine: the bench's size check needs no GPU. A context that leaves no

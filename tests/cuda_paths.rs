@@ -10,7 +10,7 @@ use common::gpu::*;
 
 use kvlab::backend::generate;
 use kvlab::backend::{Backend, CacheLayout};
-use kvlab::cuda::GpuModel;
+use kvlab::cuda::{GpuModel, MatmulVersion};
 use kvlab::device::{Device, GpuDtype};
 use kvlab::error::Error;
 use kvlab::generate::{GenerateOptions, PathKind};
@@ -56,18 +56,22 @@ fn gpu_naive_equals_cached_bitwise() {
     let model = smollm2();
     let prompt = random_tokens(12, model.config.vocab_size, 50);
     let continuation = random_tokens(6, model.config.vocab_size, 51);
+    // Matmul v2 (tiles) and v3 (split-K, the decode kernel): each keeps the bits.
     for dtype in [GpuDtype::F32, GpuDtype::Bf16] {
-        let gm = GpuModel::upload_on(gpu.clone(), model, dtype).unwrap();
-        let naive = gpu_naive_logits(&gm, &prompt, &continuation);
-        let cached = gpu_cached_logits(&gm, &prompt, &continuation);
-        for (step, (a, b)) in naive.iter().zip(&cached).enumerate() {
-            assert_eq!(
-                bits(a),
-                bits(b),
-                "SmolLM2 shape {dtype:?}: step {step} differs"
-            );
+        let mut gm = GpuModel::upload_on(gpu.clone(), model, dtype).unwrap();
+        for matmul in [MatmulVersion::V2, MatmulVersion::V3] {
+            gm.matmul = matmul;
+            let naive = gpu_naive_logits(&gm, &prompt, &continuation);
+            let cached = gpu_cached_logits(&gm, &prompt, &continuation);
+            for (step, (a, b)) in naive.iter().zip(&cached).enumerate() {
+                assert_eq!(
+                    bits(a),
+                    bits(b),
+                    "SmolLM2 shape {dtype:?} matmul {matmul:?}: step {step} differs"
+                );
+            }
+            eprintln!("  SmolLM2 shape, {dtype:?}, matmul {matmul:?}: 7 steps bitwise equal");
         }
-        eprintln!("  SmolLM2 shape, {dtype:?}: 7 steps bitwise equal");
     }
 }
 

@@ -32,6 +32,8 @@ pub(crate) struct Functions {
     pub matmul_v1_bf16: CudaFunction,
     pub matmul_v2_f32: CudaFunction,
     pub matmul_v2_bf16: CudaFunction,
+    pub matmul_v3_f32: CudaFunction,
+    pub matmul_v3_bf16: CudaFunction,
     pub rope: CudaFunction,
     pub kv_append: CudaFunction,
     pub attention_v1: CudaFunction,
@@ -51,6 +53,8 @@ pub(crate) struct Functions {
     pub fused_swiglu_matmul_residual_f32: CudaFunction,
     pub fused_swiglu_matmul_residual_bf16: CudaFunction,
     pub rope_kv_append: CudaFunction,
+    pub roof_read: CudaFunction,
+    pub roof_fma: CudaFunction,
 }
 
 /// One GPU, ready to run kvlab's kernels. The launch wrappers are in [`super::ops`].
@@ -176,6 +180,8 @@ impl Gpu {
             matmul_v1_bf16: take("matmul_v1_bf16")?,
             matmul_v2_f32: take("matmul_v2_f32")?,
             matmul_v2_bf16: take("matmul_v2_bf16")?,
+            matmul_v3_f32: take("matmul_v3_f32")?,
+            matmul_v3_bf16: take("matmul_v3_bf16")?,
             rope: take("rope")?,
             kv_append: take("kv_append")?,
             attention_v1: take("attention_v1")?,
@@ -195,6 +201,8 @@ impl Gpu {
             fused_swiglu_matmul_residual_f32: take("fused_swiglu_matmul_residual_f32")?,
             fused_swiglu_matmul_residual_bf16: take("fused_swiglu_matmul_residual_bf16")?,
             rope_kv_append: take("rope_kv_append")?,
+            roof_read: take("roof_read")?,
+            roof_fma: take("roof_fma")?,
         };
         // A stream of our own, not the legacy default stream: CUDA cannot capture the
         // default stream into a graph (src/cuda/graph.rs). cudarc's cross-stream event

@@ -19,6 +19,7 @@
 //! - [`decoder`] — the two paths behind the generation loop's `Decoder` trait
 //!   (`src/backend.rs` picks one; `src/lab/gpu_bench.rs` measures them against the
 //!   memory-bandwidth roofline, `kvlab bench --device cuda`);
+//! - [`roof`] — the GPU's own read-bandwidth and FMA roofs, measured (kernels/roof.cu);
 //! - [`speculative`] — greedy speculative decoding with the n-gram drafter, verified on the
 //!   GPU (src/speculative/decode.rs).
 //!
@@ -44,6 +45,7 @@ pub mod ops_attention;
 pub mod ops_fused;
 pub mod ops_quant;
 pub mod ops_splitk;
+pub mod roof;
 pub mod speculative;
 pub mod weights;
 

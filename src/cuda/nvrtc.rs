@@ -48,6 +48,8 @@ pub const KERNELS: &[KernelSource] = &[
             "matmul_v1_bf16",
             "matmul_v2_f32",
             "matmul_v2_bf16",
+            "matmul_v3_f32",
+            "matmul_v3_bf16",
         ],
     },
     KernelSource {
@@ -102,6 +104,11 @@ pub const KERNELS: &[KernelSource] = &[
         file: "argmax.cu",
         source: include_str!("../../kernels/argmax.cu"),
         functions: &["argmax"],
+    },
+    KernelSource {
+        file: "roof.cu",
+        source: include_str!("../../kernels/roof.cu"),
+        functions: &["roof_read", "roof_fma"],
     },
 ];
 // ANCHOR_END: sources

@@ -25,6 +25,8 @@ pub enum MatmulVersion {
     V1,
     /// 16 x 16 tiles through shared memory.
     V2,
+    /// Split-K for decode: 32 threads per output, each a slice of k, then their sums in order.
+    V3,
 }
 
 /// Which attention kernel (`kernels/attention.cu`) the forward pass uses.
@@ -55,6 +57,7 @@ impl MatmulVersion {
         match self {
             MatmulVersion::V1 => "v1",
             MatmulVersion::V2 => "v2",
+            MatmulVersion::V3 => "v3",
         }
     }
 }
@@ -268,6 +271,8 @@ impl Gpu {
             (MatmulVersion::V1, WeightData::Bf16(_)) => &self.f.matmul_v1_bf16,
             (MatmulVersion::V2, WeightData::F32(_)) => &self.f.matmul_v2_f32,
             (MatmulVersion::V2, WeightData::Bf16(_)) => &self.f.matmul_v2_bf16,
+            (MatmulVersion::V3, WeightData::F32(_)) => &self.f.matmul_v3_f32,
+            (MatmulVersion::V3, WeightData::Bf16(_)) => &self.f.matmul_v3_bf16,
         };
         let cfg = match version {
             MatmulVersion::V1 => one_thread_each(n * d_out, 256)?,
@@ -285,6 +290,15 @@ impl Gpu {
                     shared_mem_bytes: 0,
                 }
             }
+            MatmulVersion::V3 => {
+                const COLS: usize = 8; // V3_COLS in matmul.cu; 32 slices of k, 256 threads
+                LaunchConfig {
+                    // Rows past 65535 (grid y's limit) are walked by the blocks' row loop.
+                    grid_dim: (d_out.div_ceil(COLS) as u32, n.min(65535) as u32, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                }
+            }
         };
         let mut b = self.stream.launch_builder(f);
         b.arg(out).arg(x);
@@ -293,7 +307,7 @@ impl Gpu {
             WeightData::Bf16(data) => b.arg(data),
         };
         b.arg(&n_i).arg(&d_in_i).arg(&d_out_i);
-        // SAFETY: matmul_v{1,2}_{f32,bf16}(out, x, w, n, d_in, d_out) matches the kernel picked
+        // SAFETY: matmul_v{1,2,3}_{f32,bf16}(out, x, w, n, d_in, d_out) matches the kernel picked
         // for this weight type; it touches x[..n*d_in] and out[..n*d_out] (both checked) and
         // w[..d_in*d_out] (a GpuMatrix holds exactly rows*cols values).
         unsafe { self.launch(&mut b, cfg, "matmul") }

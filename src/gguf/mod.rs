@@ -120,9 +120,9 @@ impl std::fmt::Display for ImportReport {
             writeln!(
                 f,
                 "  tokenizer: SentencePiece BPE (byte fallback); layers: {} local (window {}), {} global",
-                (0..c.num_hidden_layers).filter(|&l| c.layer_window(l).is_some()).count(),
+                c.local_layers(),
                 c.gemma.sliding_window.unwrap_or(0),
-                (0..c.num_hidden_layers).filter(|&l| c.layer_window(l).is_none()).count(),
+                c.num_hidden_layers - c.local_layers(),
             )?;
         } else {
             writeln!(

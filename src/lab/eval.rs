@@ -18,8 +18,10 @@
 
 use crate::cache::{contiguous_full, new_policy_store, KvPolicy, KvStore, PreallocatedCache};
 use crate::error::{Error, Result};
+use crate::generate::forward_hidden_in_passes;
 use crate::model::{KvSource, Model};
 use crate::simd::WeightElem;
+use ndarray::Array2;
 use serde::Serialize;
 
 // ANCHOR: report
@@ -70,6 +72,26 @@ fn argmax(logits: &[f32]) -> usize {
         }
     }
     best
+}
+
+/// Rows whose logits one LM-head matmul computes. The head is the largest matrix (Gemma 3:
+/// 262,144 x 640, 671 MB in f32): row by row, a 2,000-token text would stream it 2,000
+/// times; in chunks, once per chunk. A chunk's logits, `[64, vocab]`, are 64 MiB for Gemma 3.
+const HEAD_ROWS: usize = 64;
+
+/// The logits of the first `rows` rows of `hidden` (`[n, dim]`), a chunk of [`HEAD_ROWS`]
+/// at a time: `(first row, [chunk, vocab])`. Row by row they are [`Model::logits`]'s, bit
+/// for bit (row-independent kernels, `src/ops.rs`).
+fn head_chunks<'a, E: WeightElem>(
+    model: &'a Model<E>,
+    hidden: &'a [f32],
+    rows: usize,
+) -> impl Iterator<Item = (usize, Vec<f32>)> + 'a {
+    let dim = model.config.hidden_size;
+    (0..rows).step_by(HEAD_ROWS).map(move |first| {
+        let end = (first + HEAD_ROWS).min(rows);
+        (first, model.logits_rows(&hidden[first * dim..end * dim]))
+    })
 }
 
 /// Accumulates the per-position figures.
@@ -128,7 +150,7 @@ pub fn eval<E: WeightElem>(model: &Model<E>, ids: &[u32], policy: KvPolicy) -> R
     // The reference: the whole text in one prefill, the hidden state of every position.
     let mut full_cache = PreallocatedCache::new(&model.config, n)?;
     let hidden = model.forward_hidden(ids, &mut KvSource::Cache(&mut full_cache))?; // [n, dim]
-    let full_logits = |i: usize| model.logits(hidden.row(i).as_slice().expect("contiguous"));
+    let hidden = hidden.as_slice().expect("arrays in kvlab are contiguous");
 
     // The policy: token by token, as generation feeds it (the full cache needs no second run).
     let mut store = if policy.is_exact() {
@@ -138,17 +160,19 @@ pub fn eval<E: WeightElem>(model: &Model<E>, ids: &[u32], policy: KvPolicy) -> R
     };
     let mut totals = Totals::default();
     let mut peak_bytes = store.as_ref().map_or(0, |s| s.bytes_reserved());
-    for i in 0..n - 1 {
-        let full = full_logits(i);
-        let policy_logits = match store.as_mut() {
-            Some(store) => {
-                let logits = model.forward(&ids[i..=i], KvSource::Cache(store.as_mut()))?;
-                peak_bytes = peak_bytes.max(store.bytes_reserved());
-                logits
-            }
-            None => full.clone(),
-        };
-        totals.add(&full, &policy_logits, ids[i + 1])?;
+    for (first, full_rows) in head_chunks(model, hidden, n - 1) {
+        for (r, full) in full_rows.chunks_exact(model.config.vocab_size).enumerate() {
+            let i = first + r;
+            let policy_logits = match store.as_mut() {
+                Some(store) => {
+                    let logits = model.forward(&ids[i..=i], KvSource::Cache(store.as_mut()))?;
+                    peak_bytes = peak_bytes.max(store.bytes_reserved());
+                    Some(logits)
+                }
+                None => None,
+            };
+            totals.add(full, policy_logits.as_deref().unwrap_or(full), ids[i + 1])?;
+        }
     }
     let full_bytes = full_cache.bytes_reserved();
     let kv_cache_bytes = if store.is_some() {
@@ -208,9 +232,7 @@ pub struct WindowEvalReport {
 pub fn eval_model_window(model: &Model, ids: &[u32], window: usize) -> Result<WindowEvalReport> {
     let config = &model.config;
     let layers = config.num_hidden_layers;
-    let local_layers = (0..layers)
-        .filter(|&l| config.layer_window(l).is_some())
-        .count();
+    let local_layers = config.local_layers();
     let Some(trained_window) = config.gemma.sliding_window.filter(|_| local_layers > 0) else {
         return Err(Error::InvalidArgument(
             "--model-window sets the window of a model's local layers, and this model has none: impose a window on every layer with --kv window".into(),
@@ -227,26 +249,23 @@ pub fn eval_model_window(model: &Model, ids: &[u32], window: usize) -> Result<Wi
     changed.gemma.sliding_window = Some(window);
     let windowed = model.with_config(changed)?;
     // One prefill each, in the passes its cache takes: the hidden state of every position.
-    let run = |m: &Model| -> Result<(Vec<Vec<f32>>, usize)> {
+    let run = |m: &Model| -> Result<(Array2<f32>, usize)> {
         let mut cache = contiguous_full(&m.config, n)?;
-        let mut logits = Vec::with_capacity(n);
-        let mut done = 0;
-        while done < n {
-            let take = (n - done).min(cache.max_pass_tokens().max(1));
-            let hidden =
-                m.forward_hidden(&ids[done..done + take], &mut KvSource::Cache(&mut *cache))?;
-            for row in hidden.rows() {
-                logits.push(m.logits(row.as_slice().expect("contiguous")));
-            }
-            done += take;
-        }
-        Ok((logits, cache.bytes_reserved()))
+        let hidden = forward_hidden_in_passes(m, &mut *cache, ids, 0)?; // [n, dim]
+        Ok((hidden, cache.bytes_reserved()))
     };
     let (trained, trained_bytes) = run(model)?;
     let (other, bytes) = run(&windowed)?;
+    let contiguous = "arrays in kvlab are contiguous";
+    let trained_chunks = head_chunks(model, trained.as_slice().expect(contiguous), n - 1);
+    let other_chunks = head_chunks(&windowed, other.as_slice().expect(contiguous), n - 1);
+    let vocab = config.vocab_size;
     let mut totals = Totals::default();
-    for i in 0..n - 1 {
-        totals.add(&trained[i], &other[i], ids[i + 1])?;
+    for ((first, p), (_, q)) in trained_chunks.zip(other_chunks) {
+        let rows = p.chunks_exact(vocab).zip(q.chunks_exact(vocab));
+        for (r, (p, q)) in rows.enumerate() {
+            totals.add(p, q, ids[first + r + 1])?;
+        }
     }
     let count = totals.n as f64;
     Ok(WindowEvalReport {

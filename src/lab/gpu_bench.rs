@@ -5,24 +5,32 @@
 //! weight, and every weight must come from memory. So a step cannot be faster than
 //! `bytes read / memory bandwidth`, where the bytes are all the weights plus the KV cache
 //! read by attention. This module measures tokens/s and prints the fraction of that
-//! roofline reached (an H200 moves about 4.8e12 bytes/s), plus how many kernels a token
+//! roofline reached (of the GPU's read bandwidth, measured), plus how many kernels a token
 //! launches — for a model this small, launch overhead (a few µs each, ~450 per token) is
 //! what actually bounds decode, which is why engines capture the step in a CUDA graph. So
 //! it also measures the launch latency (back-to-back launches of a one-element kernel) and
 //! the *launch roof*: `1 / (launches per token × launch latency)` tokens/s.
 //!
-//! Every row is measured with each kernel plan: unfused with matmul v1 and v2, fused (7
+//! Every row is measured with each kernel plan: unfused with matmul v1, v2 and v3, fused (7
 //! launches per layer, split-K attention), and fused with the decode step replayed from a
 //! CUDA graph (1 launch per token). Book chapter "The CUDA backend".
 //!
 //! Prefill is the other regime: many rows share each weight, and the time is FLOPs.
 //! A naive step at context `L` costs a prefill of `L` tokens; a cached step costs one token.
+//!
+//! Both roofs are measured on the GPU itself, before the model, with kernels as plain as
+//! its own (src/cuda/roof.rs): the read bandwidth (an H200's data sheet says 4.8e12
+//! bytes/s) and the f32 FMA rate (about 67e12 FLOP/s by the data sheet; kvlab's matmuls
+//! are f32 FMA chains, no tensor cores).
 
+use super::roof::prefill_flops;
 use super::timing::{ms_since, synthetic_prompt};
+use crate::cuda::roof::GpuRoof;
 use crate::cuda::{AttentionVersion, GpuModel, MatmulVersion};
 use crate::device::GpuDtype;
 use crate::error::{Error, Result};
 use crate::generate::Decoder;
+use crate::model::Model;
 use crate::ops;
 use serde::Serialize;
 use std::time::Instant;
@@ -46,6 +54,8 @@ pub struct BenchRow {
     /// Cached path: the prompt in one pass (logits of the last token copied back).
     pub prefill_ms: f64,
     pub prefill_tok_s: f64,
+    /// Prefill FLOP/s (`lab::roof::prefill_flops`) / the measured FMA roof.
+    pub prefill_flop_fraction: f64,
     /// Cached path, one token per step, logits copied to the host (what `kvlab generate` does).
     pub decode_ms: f64,
     pub decode_tok_s: f64,
@@ -55,7 +65,7 @@ pub struct BenchRow {
     pub naive_step_ms: f64,
     /// Bytes a decode step must read: weights + the KV cache at this context.
     pub bytes_per_token: usize,
-    /// `bytes_per_token * tokens/s / peak bandwidth`, for the device-argmax decode.
+    /// `bytes_per_token * tokens/s / measured read bandwidth`, for the device-argmax decode.
     pub hbm_fraction: f64,
     /// Launches per decode step (a graph replay is one).
     pub launches_per_token: f64,
@@ -90,12 +100,14 @@ pub fn check_sizes(max_positions: usize, context: usize, decode_tokens: usize) -
     Ok(())
 }
 
-/// Measures `model` at one `context`, decoding `decode_tokens` greedy tokens.
+/// Measures `model` (uploaded from `cpu`) at one `context`, decoding `decode_tokens`
+/// greedy tokens.
 pub fn bench_context(
     model: &GpuModel,
+    cpu: &Model,
     context: usize,
     decode_tokens: usize,
-    peak_bytes_per_s: f64,
+    roof: &GpuRoof,
     launch_latency_us: f64,
 ) -> Result<BenchRow> {
     let c = &model.config;
@@ -162,12 +174,15 @@ pub fn bench_context(
         context,
         prefill_ms,
         prefill_tok_s: context as f64 / (prefill_ms / 1e3),
+        prefill_flop_fraction: prefill_flops(cpu, context)
+            / (prefill_ms / 1e3)
+            / roof.fma_flop_per_s,
         decode_ms,
         decode_tok_s: 1e3 / decode_ms,
         decode_device_argmax_tok_s: device_tok_s,
         naive_step_ms,
         bytes_per_token,
-        hbm_fraction: bytes_per_token as f64 * device_tok_s / peak_bytes_per_s,
+        hbm_fraction: bytes_per_token as f64 * device_tok_s / roof.read_bytes_per_s,
         launches_per_token,
         launch_roof_tok_s,
         launch_fraction: device_tok_s / launch_roof_tok_s,
@@ -195,9 +210,10 @@ pub fn launch_latency_us(model: &GpuModel, count: usize) -> Result<f64> {
 // ANCHOR_END: launch_latency
 
 /// The kernel plans every context is measured with: `(matmul, fused, graphs)`.
-pub const PLANS: [(MatmulVersion, bool, bool); 4] = [
+pub const PLANS: [(MatmulVersion, bool, bool); 5] = [
     (MatmulVersion::V1, false, false),
     (MatmulVersion::V2, false, false),
+    (MatmulVersion::V3, false, false),
     (MatmulVersion::V2, true, false),
     (MatmulVersion::V2, true, true),
 ];
@@ -211,8 +227,11 @@ pub struct GpuBenchReport {
     pub n_params: usize,
     /// Greedy tokens decoded per row, after a prompt of `context` tokens.
     pub decode_tokens: usize,
-    /// The bandwidth roof `hbm_fraction` divides by, bytes/s.
-    pub peak_bytes_per_s: f64,
+    /// The GPU's own roofs, measured before the model (src/cuda/roof.rs): `hbm_fraction`
+    /// divides by its read bandwidth, `prefill_flop_fraction` by its FMA rate.
+    pub roof: GpuRoof,
+    /// The data sheet's bandwidth (an H200's 4.8 TB/s), beside the measured one.
+    pub datasheet_bytes_per_s: f64,
     /// Bytes of weights one decode step reads (the KV cache comes on top).
     pub weight_bytes_per_token: usize,
     /// One kernel launch, back to back, µs ([`launch_latency_us`]).
@@ -221,14 +240,16 @@ pub struct GpuBenchReport {
     pub rows: Vec<BenchRow>,
 }
 
-/// Measures `model` at every context in `contexts`, once with each kernel plan ([`PLANS`]:
-/// unfused with matmul v1 and v2, fused, fused with CUDA graphs).
+/// Measures `model` (uploaded from `cpu`) at every context in `contexts`, once with each
+/// kernel plan ([`PLANS`]: unfused with matmul v1, v2 and v3, fused, fused with CUDA graphs),
+/// against `roof` (measured with `Gpu::measure_roof`).
 pub fn run(
     model: &mut GpuModel,
+    cpu: &Model,
     model_name: &str,
-    n_params: usize,
     contexts: &[usize],
     decode_tokens: usize,
+    roof: GpuRoof,
 ) -> Result<GpuBenchReport> {
     let max = model.config.max_position_embeddings;
     for &context in contexts {
@@ -241,13 +262,7 @@ pub fn run(
         model.matmul = matmul;
         model.set_plan(fused, graphs)?;
         for &context in contexts {
-            let row = bench_context(
-                model,
-                context,
-                decode_tokens,
-                H200_HBM_BYTES_PER_S,
-                launch_latency,
-            );
+            let row = bench_context(model, cpu, context, decode_tokens, &roof, launch_latency);
             if row.is_err() {
                 (model.matmul, model.fused, model.graphs) = saved;
             }
@@ -258,9 +273,10 @@ pub fn run(
     Ok(GpuBenchReport {
         device: model.describe(),
         model: model_name.to_string(),
-        n_params,
+        n_params: cpu.n_params(),
         decode_tokens,
-        peak_bytes_per_s: H200_HBM_BYTES_PER_S,
+        roof,
+        datasheet_bytes_per_s: H200_HBM_BYTES_PER_S,
         weight_bytes_per_token: model.weights.bytes_read_per_token(),
         launch_latency_us: launch_latency,
         rows,

@@ -77,15 +77,12 @@ pub fn run(
             kv_bytes_full: crate::cache::bytes_per_token(config) * (context + 1),
         });
     }
-    let local_layers = (0..config.num_hidden_layers)
-        .filter(|&l| config.layer_window(l).is_some())
-        .count();
     Ok(TpotContextReport {
         model: name.to_string(),
         machine: machine_name(),
         reps: reps.max(1),
         layers: config.num_hidden_layers,
-        local_layers,
+        local_layers: config.local_layers(),
         points,
     })
 }

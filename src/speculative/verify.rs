@@ -13,8 +13,9 @@
 use super::sampling::{accept_or_resample, distribution, AcceptRule, Verdict};
 use crate::cache::KvStore;
 use crate::error::Result;
-use crate::model::{KvSource, Model};
-use crate::ops::{self, argmax};
+use crate::generate::forward_hidden_in_passes;
+use crate::model::Model;
+use crate::ops::argmax;
 use crate::rng::Rng;
 use crate::sampler::SamplerConfig;
 
@@ -29,36 +30,16 @@ pub fn verify_pass(
     tokens: &[u32],
     n_rows: usize,
 ) -> Result<Vec<Vec<f32>>> {
-    let dim = model.config.hidden_size;
     let first = tokens.len() - n_rows.min(tokens.len());
-    let mut kept = Vec::with_capacity(n_rows * dim); // hidden rows first.., [n_rows, dim]
-    let mut done = 0;
-    while done < tokens.len() {
-        let n = (tokens.len() - done).min(cache.max_pass_tokens().max(1));
-        let chunk = &tokens[done..done + n];
-        let hidden = model.forward_hidden(chunk, &mut KvSource::Cache(&mut *cache))?; // [n, dim]
-        let hidden = hidden.as_slice().expect("arrays in kvlab are contiguous");
-        let skip = first.saturating_sub(done).min(n);
-        kept.extend_from_slice(&hidden[skip * dim..]);
-        done += n;
-    }
-    Ok(logits_rows(model, &kept))
+    let kept = forward_hidden_in_passes(model, cache, tokens, first)?; // [n_rows, dim]
+                                                                       // The LM head (a fifth of SmolLM2's weights) is streamed once for all rows, where
+                                                                       // `n_rows` calls of `Model::logits` would stream it `n_rows` times; row by row the
+                                                                       // arithmetic is the same (row-independent kernels), bit for bit.
+    let logits = model.logits_rows(kept.as_slice().expect("contiguous")); // [n_rows, vocab]
+    let vocab = model.config.vocab_size;
+    Ok(logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect())
 }
 
-/// [`Model::logits`] for every row of `hidden` (`[n, dim]`) in one LM-head matmul.
-/// The head is `dim x vocab` (a fifth of SmolLM2's weights): one pass streams it once
-/// for all rows, where `n` calls of `Model::logits` would stream it `n` times. Row by
-/// row the arithmetic is `Model::logits`'s (row-independent kernels), bit for bit.
-fn logits_rows(model: &Model, hidden: &[f32]) -> Vec<Vec<f32>> {
-    let norm = model.final_norm.as_slice().expect("contiguous");
-    let mut normed = vec![0.0f32; hidden.len()]; // [n, dim]
-    ops::rmsnorm(hidden, norm, model.config.rms_norm_eps as f32, &mut normed);
-    let (dim, vocab) = model.lm_head.dim();
-    let mut logits = vec![0.0f32; hidden.len() / dim * vocab]; // [n, vocab]
-    let head = model.lm_head.as_slice().expect("contiguous");
-    ops::matmul(&normed, head, &mut logits, dim, vocab);
-    logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
-}
 // ANCHOR_END: verify_pass
 
 /// The outcome of a round: `drafts[..accepted]`, then `next` (the target's own token).

@@ -300,8 +300,9 @@ pub fn cpu_cached_logits(model: &Model, prompt: &[u32], continuation: &[u32]) ->
 
 /// The unfused kernel versions the path tests run: each attention version once (v3, split-K,
 /// reads its position from the GPU; the fused kernels are tests/cuda_fused.rs's).
-pub const KERNEL_VERSIONS: [(MatmulVersion, AttentionVersion); 3] = [
+pub const KERNEL_VERSIONS: [(MatmulVersion, AttentionVersion); 4] = [
     (MatmulVersion::V1, AttentionVersion::V1),
     (MatmulVersion::V2, AttentionVersion::V2),
     (MatmulVersion::V2, AttentionVersion::V3),
+    (MatmulVersion::V3, AttentionVersion::V3),
 ];

@@ -66,6 +66,11 @@ struct __nv_bfloat16 {
     uint16_t bits;
 };
 
+// CUDA's vector type for 16-byte loads (kernels/roof.cu), with its alignment.
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+
 inline float __int_as_float(int i) {
     float f;
     std::memcpy(&f, &i, 4);

@@ -120,12 +120,21 @@ const GPU_DECODE_TOKENS: usize = 32;
 #[cfg(feature = "cuda")]
 fn gpu_bench(args: &BenchArgs, loaded: &crate::args::Loaded) -> Result<()> {
     let mut gpu = kvlab::cuda::GpuModel::upload(&loaded.model, args.device.gpu_dtype.into())?;
+    // The roofs first, on the same GPU: the model's figures are fractions of them.
+    // (The CPU emulator runs one CUDA thread at a time: there, the small sizes.)
+    let sizes = if gpu.gpu().name().starts_with("cpu emulator") {
+        kvlab::cuda::roof::RoofSizes::SMALL
+    } else {
+        kvlab::cuda::roof::RoofSizes::GPU
+    };
+    let roof = gpu.gpu().measure_roof(sizes)?;
     let report = lab::gpu_bench::run(
         &mut gpu,
+        &loaded.model,
         &loaded.name,
-        loaded.model.n_params(),
         &args.contexts,
         GPU_DECODE_TOKENS,
+        roof,
     )?;
     if args.out.json {
         return print::json(&report);

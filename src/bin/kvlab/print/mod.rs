@@ -330,19 +330,25 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
         r.device
     );
     outln!(
-        "decode: {} greedy tokens after a prompt of `context` tokens; {:.1} MB of weights read per token (+ the KV cache); HBM roof = bytes per token / {:.1e} B/s (H200); launch roof = 1 / (launches per token x {:.2} µs measured per launch)",
+        "roofs, measured on this GPU (src/cuda/roof.rs): read {:.0} GB/s (data sheet {:.0} GB/s), f32 FMA {:.1} TFLOP/s",
+        r.roof.read_bytes_per_s / 1e9,
+        r.datasheet_bytes_per_s / 1e9,
+        r.roof.fma_flop_per_s / 1e12
+    );
+    outln!(
+        "decode: {} greedy tokens after a prompt of `context` tokens; {:.1} MB of weights read per token (+ the KV cache); of HBM = bytes per token x tok/s / the measured read roof; of FMA = prefill FLOP/s / the measured FMA roof; launch roof = 1 / (launches per token x {:.2} µs measured per launch)",
         r.decode_tokens,
         r.weight_bytes_per_token as f64 / 1e6,
-        r.peak_bytes_per_s,
         r.launch_latency_us
     );
     outln!(
-        "{:>5} {:<30} {:>7} | {:>10} {:>11} | {:>9} {:>8} {:>12} | {:>10} {:>6} | {:>9} {:>7} | {:>8} {:>10} {:>7}",
+        "{:>5} {:<30} {:>7} | {:>10} {:>11} {:>7} | {:>9} {:>8} {:>12} | {:>10} {:>6} | {:>9} {:>7} | {:>8} {:>10} {:>7}",
         "wts",
         "kernels",
         "context",
         "prefill",
         "prefill/s",
+        "of FMA",
         "decode",
         "tok/s",
         "tok/s(argmx)",
@@ -356,12 +362,13 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
     );
     for row in &r.rows {
         outln!(
-            "{:>5} {:<30} {:>7} | {:>7.2} ms {:>11.0} | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms {:>5.0}x | {:>9.1} {:>6.1}% | {:>8.0} {:>10.0} {:>6.1}%",
+            "{:>5} {:<30} {:>7} | {:>7.2} ms {:>11.0} {:>6.1}% | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms {:>5.0}x | {:>9.1} {:>6.1}% | {:>8.0} {:>10.0} {:>6.1}%",
             row.weights.name(),
             row.kernels,
             row.context,
             row.prefill_ms,
             row.prefill_tok_s,
+            row.prefill_flop_fraction * 100.0,
             row.decode_ms,
             row.decode_tok_s,
             row.decode_device_argmax_tok_s,
