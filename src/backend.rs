@@ -142,9 +142,16 @@ impl<'a> Backend<'a> {
         match device {
             Device::Cpu => Ok(Backend::Cpu(model)),
             #[cfg(feature = "cuda")]
-            Device::Cuda => Ok(Backend::Cuda(crate::cuda::GpuModel::upload(
-                model, gpu_dtype,
-            )?)),
+            // The decode kernels: split-K matmul (v3) and attention (v3). On an H200 the
+            // plain kernels' decode step is bound by their one-thread-per-output matmuls
+            // (book: cuda.md, "What the H200 measured"); v3 runs it about 3x faster, and
+            // both paths still share every kernel, so naive == cached stays bitwise.
+            Device::Cuda => Ok(Backend::Cuda(
+                crate::cuda::GpuModel::upload(model, gpu_dtype)?.with_kernels(
+                    crate::cuda::MatmulVersion::V3,
+                    crate::cuda::AttentionVersion::V3,
+                ),
+            )),
             #[cfg(not(feature = "cuda"))]
             Device::Cuda => {
                 let _ = gpu_dtype;

@@ -10,7 +10,7 @@ mod common;
 use common::gpu::*;
 
 use kvlab::cuda::roof::RoofSizes;
-use kvlab::cuda::{GpuModel, MatmulVersion};
+use kvlab::cuda::{AttentionVersion, GpuModel, MatmulVersion};
 use kvlab::device::GpuDtype;
 use kvlab::lab::gpu_bench;
 
@@ -27,8 +27,8 @@ fn gpu_bench_reports_every_kernel_and_context() {
     let report = gpu_bench::run(&mut gm, model, "small", &contexts, 3, roof.clone()).unwrap();
     assert_eq!(report.rows.len(), gpu_bench::PLANS.len() * contexts.len());
     assert_eq!(
-        (gm.matmul, gm.fused, gm.graphs),
-        (MatmulVersion::V2, false, false),
+        (gm.matmul, gm.attention, gm.fused, gm.graphs),
+        (MatmulVersion::V2, AttentionVersion::V2, false, false),
         "the model's kernels are restored"
     );
     assert!(report.launch_latency_us.is_finite() && report.launch_latency_us > 0.0);

@@ -236,6 +236,11 @@ fn gpu_greedy_tokens_match_cpu() {
     let backend = Backend::new(Device::Cuda, model, GpuDtype::Bf16).unwrap();
     eprintln!("  Backend: {}", backend.describe());
     assert!(backend.describe().starts_with("cuda: "));
+    assert!(
+        backend.describe().ends_with("matmul v3, attention v3"),
+        "--device cuda runs the decode kernels: {}",
+        backend.describe()
+    );
     let mut decoder = backend
         .decoder(PathKind::Cached, CacheLayout::default(), 3, 2)
         .unwrap();

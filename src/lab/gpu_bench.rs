@@ -209,13 +209,17 @@ pub fn launch_latency_us(model: &GpuModel, count: usize) -> Result<f64> {
 }
 // ANCHOR_END: launch_latency
 
-/// The kernel plans every context is measured with: `(matmul, fused, graphs)`.
-pub const PLANS: [(MatmulVersion, bool, bool); 5] = [
-    (MatmulVersion::V1, false, false),
-    (MatmulVersion::V2, false, false),
-    (MatmulVersion::V3, false, false),
-    (MatmulVersion::V2, true, false),
-    (MatmulVersion::V2, true, true),
+/// The kernel plans every context is measured with: `(matmul, attention, fused, graphs)`.
+/// The fused plans always run attention v3 and their own matmul chains (kernels/fused.cu).
+/// The decode kernels, matmul v3 and attention v3 (both split-K), make an unfused plan of
+/// their own: the first measurement on an H200 showed v1/v2's matmuls, not the launches,
+/// bounding decode there (book: cuda.md).
+pub const PLANS: [(MatmulVersion, AttentionVersion, bool, bool); 5] = [
+    (MatmulVersion::V1, AttentionVersion::V2, false, false),
+    (MatmulVersion::V2, AttentionVersion::V2, false, false),
+    (MatmulVersion::V3, AttentionVersion::V3, false, false),
+    (MatmulVersion::V2, AttentionVersion::V3, true, false),
+    (MatmulVersion::V2, AttentionVersion::V3, true, true),
 ];
 
 /// Everything `kvlab bench --device cuda` reports.
@@ -256,20 +260,20 @@ pub fn run(
         check_sizes(max, context, decode_tokens)?;
     }
     let launch_latency = launch_latency_us(model, 2000)?;
-    let saved = (model.matmul, model.fused, model.graphs);
+    let saved = (model.matmul, model.attention, model.fused, model.graphs);
     let mut rows = Vec::new();
-    for (matmul, fused, graphs) in PLANS {
-        model.matmul = matmul;
+    for (matmul, attention, fused, graphs) in PLANS {
+        (model.matmul, model.attention) = (matmul, attention);
         model.set_plan(fused, graphs)?;
         for &context in contexts {
             let row = bench_context(model, cpu, context, decode_tokens, &roof, launch_latency);
             if row.is_err() {
-                (model.matmul, model.fused, model.graphs) = saved;
+                (model.matmul, model.attention, model.fused, model.graphs) = saved;
             }
             rows.push(row?);
         }
     }
-    (model.matmul, model.fused, model.graphs) = saved;
+    (model.matmul, model.attention, model.fused, model.graphs) = saved;
     Ok(GpuBenchReport {
         device: model.describe(),
         model: model_name.to_string(),
