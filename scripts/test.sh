@@ -51,6 +51,8 @@ step "the book's prose: {{#kvlab}} references, cited paths, counts, numbers besi
 python3 -m unittest discover -s scripts -p 'test_*.py'
 python3 scripts/check-book-prose.py
 python3 scripts/check-imports.py
+# The tables of the real GPU's run (book/src/figures/gpu_h200.md) are what its record gives.
+python3 scripts/gpu-figures.py markdown --check
 
 if [ -f book/book.toml ]; then
     step "the book builds (broken includes or links fail it)"
