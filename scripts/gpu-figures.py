@@ -73,7 +73,8 @@ def record(folder):
     if re.search(r"test result: FAILED|FAIL", log.split("== summary")[-1]):
         sys.exit("gpu-figures: the check's summary reports a failure: the book records passing runs only")
     matmul = [
-        {"version": v.lower(), "weights": d.lower(), "rows": int(n), "d_in": int(i), "d_out": int(o),
+        {"id": f"{v.lower()}-{d.lower()}-{n}x{i}x{o}",
+         "version": v.lower(), "weights": d.lower(), "rows": int(n), "d_in": int(i), "d_out": int(o),
          "us": float(us), "weight_gb_s": float(gb)}
         for v, d, n, i, o, us, gb in re.findall(
             r"matmul (V\d) (F32|Bf16) n +(\d+) (\d+)x(\d+): +([\d.]+) µs, +[\d.]+ GFLOP/s, weights at +([\d.]+) GB/s", log)
@@ -85,6 +86,10 @@ def record(folder):
         demos[dtype] = {"naive_tpot_ms": float(tpot["Naive"]), "cached_tpot_ms": float(tpot["Cached"]),
                         "speedup": float(speedup.group(1)),
                         "identical_tokens": "identical tokens: true" in body}
+    # GPU f32 logits against the CPU's, SmolLM2-shaped random model (tests/cuda_paths.rs).
+    diffs = [(float(d), float(t)) for d, t in re.findall(
+        r"SmolLM2 shape f32 \S+, step \d+: max \|GPU - CPU\| = ([\d.e+-]+) \(tolerance ([\d.e+-]+)\)", log)]
+    greedy = re.findall(r"^  (.+?): CPU (\[[\d, ]+\])\n  \1: GPU (\[[\d, ]+\]) \(naive == cached: (\w+)\)", log, re.M)
     out = {
         "built_from_commit": commit.group(1),
         "date": when.group(1),
@@ -95,6 +100,11 @@ def record(folder):
                   "failed": sum(f for _, f in results)},
         "peer": json.loads((folder / "peer-roofs.json").read_text()),
         "matmul": matmul,
+        "logits_f32": {"max_abs_diff": max(d for d, _ in diffs), "tolerance": min(t for _, t in diffs),
+                       "comparisons": len(diffs)},
+        "greedy_models_equal": sum(c == g for _, c, g, _ in greedy),
+        "greedy": [{"model": m, "cpu_equals_gpu": c == g, "naive_equals_cached": nc == "true",
+                    "distinct_tokens": len(set(json.loads(g)))} for m, c, g, nc in greedy],
         "demo": demos,
     }
     for dtype in ("f32", "bf16"):
@@ -189,18 +199,63 @@ def markdown():
     return "\n".join(lines)
 
 
+README_BEGIN = "<!-- gpu-h200: written by `python3 scripts/gpu-figures.py markdown`; do not edit -->"
+README_END = "<!-- gpu-h200: end -->"
+
+
+def readme_summary():
+    """The README's few lines on the real GPU's run, from the same record."""
+    r = json.loads((DATA / "gpu-h200.json").read_text())
+    f32 = r["f32"]
+    row = lambda plan, ctx: next(x for x in f32["rows"] if x["id"] == f"{plan}@{ctx}")
+    lines = [
+        README_BEGIN,
+        f"On {r['gpu']} ({r['date']}, binaries of kvlab {r['built_from_commit']}, `bash scripts/gpu-check.sh`): "
+        f"all {r['tests']['passed']} GPU tests of {r['tests']['binaries']} test binaries passed; kvlab measured the GPU's "
+        f"read roof at {f32['roof']['read_bytes_per_s'] / 1e9:,.0f} GB/s and its f32 FMA roof at "
+        f"{f32['roof']['fma_flop_per_s'] / 1e12:.1f} TFLOP/s (PyTorch on the same GPU: "
+        f"{r['peer']['read_bytes_per_s'] / 1e9:,.0f} GB/s, {r['peer']['f32_matmul_flop_per_s_no_tf32'] / 1e12:.1f} TFLOP/s).",
+        "",
+        "| decode, SmolLM2-135M shape, f32 | ms/token at 128 | at 8000 | naive step / cached step at 8000 |",
+        "|---|---:|---:|---:|",
+    ]
+    for plan, name in PLAN_NAMES[1:]:
+        lines.append(f"| {name} | {row(plan, 128)['decode_ms']:.2f} | {row(plan, 8000)['decode_ms']:.2f} | "
+                     f"{row(plan, 8000)['gap']:,.0f}x |")
+    d = r["demo"]["f32"]
+    lines += [
+        "",
+        f"`kvlab demo --device cuda` there: cached step {d['cached_tpot_ms']:.1f} ms, naive {d['naive_tpot_ms']:.1f} ms, "
+        f"{d['speedup']:.1f}x over the generation, tokens identical. Book chapter `cuda.md`, "
+        "\"What the H200 measured\".",
+        README_END,
+    ]
+    return "\n".join(lines)
+
+
+def with_readme_summary(readme: str) -> str:
+    if README_BEGIN not in readme or README_END not in readme:
+        sys.exit("gpu-figures: README.md has no gpu-h200 markers")
+    head, rest = readme.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    return head + readme_summary() + tail
+
+
 def main():
     if len(sys.argv) in (2, 3) and sys.argv[1] == "markdown":
         page = ROOT / "book" / "src" / "figures" / "gpu_h200.md"
-        text = markdown()
+        readme = ROOT / "README.md"
+        text, readme_text = markdown(), with_readme_summary(readme.read_text())
         if sys.argv[2:] == ["--check"]:
-            if not page.exists() or page.read_text() != text:
-                sys.exit(f"gpu-figures: {page.relative_to(ROOT)} is not what data/gpu-h200.json gives: "
-                         "run `python3 scripts/gpu-figures.py markdown` and commit it")
-            print(f"gpu-figures: {page.relative_to(ROOT)} matches data/gpu-h200.json")
+            for path, want in ((page, text), (readme, readme_text)):
+                if not path.exists() or path.read_text() != want:
+                    sys.exit(f"gpu-figures: {path.relative_to(ROOT)} is not what data/gpu-h200.json gives: "
+                             "run `python3 scripts/gpu-figures.py markdown` and commit it")
+            print(f"gpu-figures: {page.relative_to(ROOT)} and README.md match data/gpu-h200.json")
         else:
             page.write_text(text)
-            print(f"gpu-figures: wrote {page.relative_to(ROOT)}")
+            readme.write_text(readme_text)
+            print(f"gpu-figures: wrote {page.relative_to(ROOT)} and README.md's GPU lines")
         return
     if len(sys.argv) == 3 and sys.argv[1] == "table":
         table(sys.argv[2])
