@@ -5,6 +5,8 @@
     python3 scripts/gpu-figures.py record DIR          DIR: what a GPU check left in $OUT (gpu-check.log,
                                                        gpu-bench-*.json, peer-roofs.json) -> the book's record,
                                                        book/src/figures/data/gpu-h200.json and gpu-h200.log
+    python3 scripts/gpu-figures.py record-real FILE    FILE: the real-model.json of scripts/gpu-real-model.sh run
+                                                       -> book/src/figures/data/gpu-h200-real-model.json
     python3 scripts/gpu-figures.py markdown [--check]  the record -> book/src/figures/gpu_h200.md (the tables
                                                        cuda.md includes); --check (CI): fail if the page differs
 
@@ -223,6 +225,16 @@ def readme_summary():
         lines.append(f"| {name} | {row(plan, 128)['decode_ms']:.2f} | {row(plan, 8000)['decode_ms']:.2f} | "
                      f"{row(plan, 8000)['gap']:,.0f}x |")
     d = r["demo"]["f32"]
+    real_path = DATA / "gpu-h200-real-model.json"
+    if real_path.exists():
+        real = json.loads(real_path.read_text())
+        lines += [
+            "",
+            f"The real SmolLM2-135M-Instruct there (`scripts/gpu-real-model.sh`, kvlab {real['built_from_commit']}): greedy "
+            f"tokens equal to transformers' on {real['cuda_f32_equals_transformers']} of {real['cases_total']} reference "
+            f"prompts with f32 weights and {real['cuda_bf16_equals_transformers']} of {real['cases_total']} with bf16 "
+            f"(`--device cpu`: {real['cpu_equals_transformers']} of {real['cases_total']}).",
+        ]
     lines += [
         "",
         f"`kvlab demo --device cuda` there: cached step {d['cached_tpot_ms']:.1f} ms, naive {d['naive_tpot_ms']:.1f} ms, "
@@ -241,7 +253,22 @@ def with_readme_summary(readme: str) -> str:
     return head + readme_summary() + tail
 
 
+def record_real(path):
+    """The real SmolLM2's greedy tokens on the GPU (scripts/gpu-real-model.sh), kept beside the
+    run's record; its commit as `built_from_commit`, for the reason the module says."""
+    r = json.loads(Path(path).read_text())
+    r["built_from_commit"] = r.pop("commit")
+    if "+" in r["built_from_commit"]:
+        sys.exit(f"gpu-figures: the binaries were built from {r['built_from_commit']}, a tree with uncommitted changes")
+    (DATA / "gpu-h200-real-model.json").write_text(json.dumps(r, indent=1) + "\n")
+    print(f"gpu-figures: recorded the real model's run of kvlab {r['built_from_commit']}: "
+          + ", ".join(f"{k} {r[k + '_equals_transformers']}/{r['cases_total']}" for k in ("cpu", "cuda_f32", "cuda_bf16")))
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "record-real":
+        record_real(sys.argv[2])
+        return
     if len(sys.argv) in (2, 3) and sys.argv[1] == "markdown":
         page = ROOT / "book" / "src" / "figures" / "gpu_h200.md"
         readme = ROOT / "README.md"
