@@ -567,15 +567,12 @@ fn gpu_fused_paths_naive_equals_cached_and_match_cpu() {
                 .unwrap()
                 .with_plan(true, false)
                 .unwrap();
-            let naive = gpu_naive_logits(&gm, &prompt, &continuation);
-            let cached = gpu_cached_logits(&gm, &prompt, &continuation);
-            for (step, (a, b)) in naive.iter().zip(&cached).enumerate() {
-                assert_eq!(
-                    bits(a),
-                    bits(b),
-                    "{name} {dtype:?} fused: step {step}: naive and cached differ"
-                );
-            }
+            let cached = assert_gpu_paths_bitwise(
+                &gm,
+                &prompt,
+                &continuation,
+                &format!("{name} {dtype:?} fused"),
+            );
             if dtype == GpuDtype::F32 {
                 // Same tolerance as tests/cuda_paths.rs: 1e-3 · max(1, max |logit|).
                 for (step, (g, c)) in cached.iter().zip(&cpu).enumerate() {

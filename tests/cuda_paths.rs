@@ -39,15 +39,8 @@ fn gpu_naive_equals_cached_bitwise() {
             let mut gm = GpuModel::upload_on(gpu.clone(), &model, dtype).unwrap();
             for (matmul, attention) in KERNEL_VERSIONS {
                 (gm.matmul, gm.attention) = (matmul, attention);
-                let naive = gpu_naive_logits(&gm, &prompt, &continuation);
-                let cached = gpu_cached_logits(&gm, &prompt, &continuation);
-                for (step, (a, b)) in naive.iter().zip(&cached).enumerate() {
-                    assert_eq!(
-                        bits(a),
-                        bits(b),
-                        "{name} {dtype:?} {matmul:?}/{attention:?}: step {step} differs"
-                    );
-                }
+                let what = format!("{name} {dtype:?} {matmul:?}/{attention:?}");
+                assert_gpu_paths_bitwise(&gm, &prompt, &continuation, &what);
                 eprintln!("  {name}, {dtype:?}, matmul {matmul:?}, attention {attention:?}: 10 steps bitwise equal");
             }
         }
@@ -61,15 +54,8 @@ fn gpu_naive_equals_cached_bitwise() {
         let mut gm = GpuModel::upload_on(gpu.clone(), model, dtype).unwrap();
         for matmul in [MatmulVersion::V2, MatmulVersion::V3] {
             gm.matmul = matmul;
-            let naive = gpu_naive_logits(&gm, &prompt, &continuation);
-            let cached = gpu_cached_logits(&gm, &prompt, &continuation);
-            for (step, (a, b)) in naive.iter().zip(&cached).enumerate() {
-                assert_eq!(
-                    bits(a),
-                    bits(b),
-                    "SmolLM2 shape {dtype:?} matmul {matmul:?}: step {step} differs"
-                );
-            }
+            let what = format!("SmolLM2 shape {dtype:?} matmul {matmul:?}");
+            assert_gpu_paths_bitwise(&gm, &prompt, &continuation, &what);
             eprintln!("  SmolLM2 shape, {dtype:?}, matmul {matmul:?}: 7 steps bitwise equal");
         }
     }

@@ -252,6 +252,27 @@ pub fn bf16_twin(model: &Model) -> Model {
     }
 }
 
+/// The GPU's naive and cached logits over `prompt` then `continuation`, asserted equal bit
+/// for bit at every step (`what` names the model and kernels in a failure); returns the
+/// cached path's logits.
+pub fn assert_gpu_paths_bitwise(
+    gm: &GpuModel,
+    prompt: &[u32],
+    continuation: &[u32],
+    what: &str,
+) -> Vec<Vec<f32>> {
+    let naive = gpu_naive_logits(gm, prompt, continuation);
+    let cached = gpu_cached_logits(gm, prompt, continuation);
+    for (step, (a, b)) in naive.iter().zip(&cached).enumerate() {
+        assert_eq!(
+            bits(a),
+            bits(b),
+            "{what}: step {step}: naive and cached differ"
+        );
+    }
+    cached
+}
+
 /// Logits after `prompt`, then after each token of `continuation` fed one at a time, on
 /// the GPU's cached path.
 pub fn gpu_cached_logits(gm: &GpuModel, prompt: &[u32], continuation: &[u32]) -> Vec<Vec<f32>> {
