@@ -34,7 +34,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BUNDLE=target/gpu-check
 # Every GPU test binary: the same list scripts/test-cuda-cpu.sh runs under the CPU emulator.
-GPU_TESTS=(cuda_kernels cuda_fused cuda_paths cuda_quant cuda_speculative cuda_bench)
+GPU_TESTS=(cuda_kernels cuda_fused cuda_paths cuda_caches cuda_quant cuda_speculative cuda_bench)
 
 prepare() {
     set -e

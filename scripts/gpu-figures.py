@@ -92,6 +92,12 @@ def record(folder):
     diffs = [(float(d), float(t)) for d, t in re.findall(
         r"SmolLM2 shape f32 \S+, step \d+: max \|GPU - CPU\| = ([\d.e+-]+) \(tolerance ([\d.e+-]+)\)", log)]
     greedy = re.findall(r"^  (.+?): CPU (\[[\d, ]+\])\n  \1: GPU (\[[\d, ]+\]) \(naive == cached: (\w+)\)", log, re.M)
+    # The paged and int8 caches on the GPU (tests/cuda_caches.rs), when the run has them.
+    paged = re.findall(r"^  (.+?), (F32|Bf16): paged == contiguous bitwise", log, re.M)
+    int8 = [(m, float(d)) for m, d in re.findall(r"^  (.+?): int8 cache, max \|GPU - CPU\| = ([\d.e+-]+); tokens", log, re.M)]
+    caches = {"paged_bitwise": [f"{m} {d.lower()}" for m, d in paged],
+              "int8_models_tokens_equal": len(int8),
+              "int8_max_abs_diff": max((d for _, d in int8), default=None)} if paged or int8 else None
     out = {
         "built_from_commit": commit.group(1),
         "date": when.group(1),
@@ -108,6 +114,7 @@ def record(folder):
         "greedy": [{"model": m, "cpu_equals_gpu": c == g, "naive_equals_cached": nc == "true",
                     "distinct_tokens": len(set(json.loads(g)))} for m, c, g, nc in greedy],
         "demo": demos,
+        "caches": caches,
     }
     for dtype in ("f32", "bf16"):
         bench = json.loads((folder / f"gpu-bench-{dtype}.json").read_text())
@@ -181,6 +188,21 @@ def markdown():
     ]
     for plan, name in PLAN_NAMES:
         lines.append(f"| {name} | " + " | ".join(f"{row(bf16, plan, c)['decode_ms']:.2f}" for c in contexts) + " |")
+    if any(x.get("paged_decode_ms") is not None for x in f32["rows"]):
+        lines += [
+            "",
+            "**The other caches** (unfused plans; the fused ones write a contiguous f32 cache), decode ms per "
+            "token, f32 weights: contiguous f32 / paged (`--cache paged`, blocks of 16 through a block table, "
+            "attention_paged) / int8 (`--kv int8`, attention_int8):",
+            "",
+            "| plan | " + " | ".join(f"context {c}" for c in contexts) + " |",
+            "|---|" + "---:|" * len(contexts),
+        ]
+        for plan, name in PLAN_NAMES[:3]:
+            lines.append(f"| {name} | " + " | ".join(
+                f"{row(f32, plan, c)['decode_ms']:.2f} / {row(f32, plan, c)['paged_decode_ms']:.2f} / "
+                f"{row(f32, plan, c)['int8_decode_ms']:.2f}"
+                for c in contexts) + " |")
     lines += [
         "",
         "**One matmul, timed alone** (`tests/cuda_kernels.rs`, the weight read at the rate shown):",

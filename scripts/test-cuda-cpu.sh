@@ -20,7 +20,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ORDERS=${ORDERS:-"forward random:2026"}
 ASAN=${ASAN:-1}
-TESTS=(cuda_fused cuda_paths cuda_speculative cuda_kernels cuda_quant cuda_bench)  # longest first
+TESTS=(cuda_fused cuda_paths cuda_speculative cuda_kernels cuda_caches cuda_quant cuda_bench)  # longest first
 # The later orders rerun the kernel tests only: a missing barrier is a kernel's bug, and the
 # whole-model tests (the paths, graphs, speculation) add minutes but no new barrier.
 KERNEL_TESTS=(cuda_fused cuda_kernels cuda_quant)

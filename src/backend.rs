@@ -163,9 +163,10 @@ impl<'a> Backend<'a> {
     }
 
     /// A fresh decoder for one request of `prompt_len + max_new_tokens` positions, its
-    /// cache (cached path) in `layout`. The CUDA backend keeps its own preallocated cache
-    /// in GPU memory: other layouts are the CPU's (the GPU's paged-attention kernel is
-    /// checked against the CPU's in `tests/cuda_kernels.rs`, but generation does not use it).
+    /// cache (cached path) in `layout`. On the GPU the cache is in GPU memory: preallocated,
+    /// paged (`--cache paged`: block tables from the CPU's pool logic, blocks on the GPU,
+    /// src/cuda/paged_cache.rs) or int8 (`--kv int8`, src/cuda/int8_cache.rs). The other
+    /// layouts and `--kv` policies are the CPU's.
     pub fn decoder(
         &self,
         path: PathKind,
@@ -215,22 +216,25 @@ impl<'a> Backend<'a> {
             }
             #[cfg(feature = "cuda")]
             Backend::Cuda(gpu) => {
-                if layout.policy != KvPolicy::Full {
-                    return Err(crate::error::Error::InvalidArgument(format!(
-                        "--kv {} runs on the CPU only: the CUDA backend keeps an f32/bf16 cache. Drop --kv or use --device cpu",
-                        layout.policy.name()
-                    )));
-                }
-                if layout.kind != CacheKind::Preallocated {
-                    return Err(crate::error::Error::InvalidArgument(format!(
-                        "--cache {} runs on the CPU only: the CUDA backend generates with its own preallocated cache in GPU memory. Drop --cache or use --device cpu",
-                        layout.kind.name()
-                    )));
-                }
-                let capacity = prompt_len + max_new_tokens;
-                Ok(match path {
-                    PathKind::Naive => Box::new(gpu.naive_decoder(capacity)?),
-                    PathKind::Cached => Box::new(gpu.cached_decoder(capacity)?),
+                let capacity = prompt_len.saturating_add(max_new_tokens);
+                Ok(match (path, layout.kind, layout.policy) {
+                    (PathKind::Naive, _, _) => Box::new(gpu.naive_decoder(capacity)?),
+                    (_, CacheKind::Preallocated, KvPolicy::Full) => {
+                        Box::new(gpu.cached_decoder(capacity)?)
+                    }
+                    (_, CacheKind::Paged, KvPolicy::Full) => {
+                        Box::new(gpu.paged_decoder(layout.block_size, capacity)?)
+                    }
+                    (_, CacheKind::Preallocated, KvPolicy::Int8) => {
+                        Box::new(gpu.int8_decoder(capacity)?)
+                    }
+                    (_, kind, policy) => {
+                        return Err(crate::error::Error::InvalidArgument(format!(
+                            "--cache {} --kv {} runs on the CPU only: the CUDA backend has a preallocated or paged f32 cache and a preallocated int8 one. Use --cache paged, --kv int8 or --device cpu",
+                            kind.name(),
+                            policy.name()
+                        )))
+                    }
                 })
             }
         }

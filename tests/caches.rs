@@ -728,3 +728,41 @@ fn block_names_are_fnv1a_and_chain() {
     );
     assert_ne!(block_hash(Some(1), &[0, 1, 2, 3]), first);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The pool that only counts (what the GPU's paged cache asks, src/cuda/paged_cache.rs)
+    /// takes and gives back the very blocks a pool with memory does: after every pass and
+    /// every rollback the two block tables are equal, and so are the bytes in use.
+    #[test]
+    fn a_counting_pool_chooses_the_blocks_of_a_real_one(
+        block_size in 1usize..=6,
+        ops in prop::collection::vec((1usize..=9, 0usize..=4), 1..12),
+    ) {
+        let config = tiny_config(1, 2, 1, 4, 32);
+        let capacity = ops.iter().map(|(n, _)| n).sum::<usize>();
+        let n_blocks = capacity.div_ceil(block_size);
+        let mut real = PagedSeq::single(&config, block_size, n_blocks, false).unwrap();
+        let mut counting =
+            PagedSeq::single_counting(&config, KvElement::F32, block_size, n_blocks).unwrap();
+        let kv_dim = config.n_kv_heads() * config.head_dim();
+        for (n, back) in ops {
+            let pass = vec![1u32; n];
+            real.prepare(&pass).unwrap();
+            counting.prepare(&pass).unwrap();
+            let rows = vec![0.5f32; n * kv_dim];
+            real.write(0, &rows, &rows).unwrap();
+            real.advance(n);
+            counting.advance(n);
+            let len = real.len().saturating_sub(back);
+            real.truncate(len);
+            counting.truncate(len);
+            let table = |s: &PagedSeq<PagedCache>| s.cache().block_table(s.id()).unwrap().to_vec();
+            prop_assert_eq!(table(&real), table(&counting));
+            prop_assert_eq!(real.bytes_reserved(), counting.bytes_reserved());
+            prop_assert_eq!(real.bytes_used(), counting.bytes_used());
+            counting.cache().check_invariants().map_err(TestCaseError::fail)?;
+        }
+    }
+}

@@ -48,6 +48,13 @@ fn gpu_bench_reports_every_kernel_and_context() {
             row.bytes_per_token > 0 && row.launches_per_token > 0.0,
             "{row:?}"
         );
+        // The paged and int8 caches are timed on the unfused plans, which can run them.
+        for other in [row.paged_decode_ms, row.int8_decode_ms] {
+            match other {
+                Some(ms) => assert!(!row.fused && ms.is_finite() && ms > 0.0, "{row:?}"),
+                None => assert!(row.fused, "{row:?}"),
+            }
+        }
         if row.graphs {
             assert_eq!(
                 row.launches_per_token, 1.0,

@@ -1016,6 +1016,13 @@ fn gpu_roof_kernels_match_their_cpu_twins() {
         assert_eq!(total, expected, "every float is read once");
         eprintln!("  roof_read over {float4s} float4s, {blocks} blocks: exact");
     }
+    // Zero blocks is refused before a launch (the grid would be empty).
+    let (xd, mut partial) = (
+        gpu.upload(&[1.0f32; 4]).unwrap(),
+        gpu.zeros::<f32>(1).unwrap(),
+    );
+    let err = gpu.roof_read(&xd, &mut partial, 0).unwrap_err().to_string();
+    assert!(err.contains("blocks is 0"), "{err}");
     let mut out = gpu.zeros::<f32>(2 * 256).unwrap();
     gpu.roof_fma(&mut out, 37, 0.999, 0.5).unwrap();
     let got = gpu.download(&out).unwrap();

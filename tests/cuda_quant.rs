@@ -106,3 +106,73 @@ fn zero_queries_are_refused_before_a_launch() {
         .to_string();
     assert!(err.contains("n is 0"), "{err}");
 }
+
+#[test]
+fn kv_append_int8_quantizes_as_the_cpu_bit_for_bit() {
+    let Some(gpu) = gpu_or_skip("kv_append_int8_quantizes_as_the_cpu_bit_for_bit") else {
+        return;
+    };
+    // The GPU quantizes each new row head by head as the CPU's `quantize_i8` does: the
+    // same codes and the same scale bits, for heads under, at, off and above a warp's 32
+    // lanes, a head of zeros (scale 0: every code 0) and values that round at .5.
+    for (n_kv_heads, head_dim) in [(3, 64), (1, 8), (2, 48), (1, 256)] {
+        let heads = Heads {
+            n_heads: n_kv_heads,
+            n_kv_heads,
+            head_dim,
+        };
+        let kv_dim = n_kv_heads * head_dim;
+        let (n_layers, capacity, layer, start_pos, n) = (2, 10, 1, 3, 4);
+        let mut k = random(n * kv_dim, 3.0, 7);
+        let v = random(n * kv_dim, 0.5, 8);
+        k[..head_dim].fill(0.0); // position 0, KV head 0: all zeros
+        k[kv_dim] = 127.0; // position 1: scale 1, so 2.5 and -0.5 land halfway
+        k[kv_dim + 1] = 2.5;
+        k[kv_dim + 2] = -0.5;
+        let scales_len = n_layers * capacity * n_kv_heads;
+        let mut k_codes = gpu.zeros::<i8>(scales_len * head_dim).unwrap();
+        let mut v_codes = gpu.zeros::<i8>(scales_len * head_dim).unwrap();
+        let mut k_scales = gpu.zeros::<f32>(scales_len).unwrap();
+        let mut v_scales = gpu.zeros::<f32>(scales_len).unwrap();
+        gpu.kv_append_int8(
+            (&mut k_codes.as_view_mut(), &mut k_scales.as_view_mut()),
+            (&mut v_codes.as_view_mut(), &mut v_scales.as_view_mut()),
+            &gpu.upload(&k).unwrap().as_view(),
+            &gpu.upload(&v).unwrap().as_view(),
+            n,
+            (layer, capacity, start_pos),
+            heads,
+        )
+        .unwrap();
+        for (x, codes, scales) in [(&k, &k_codes, &k_scales), (&v, &v_codes, &v_scales)] {
+            let (codes, scales) = (gpu.download(codes).unwrap(), gpu.download(scales).unwrap());
+            for (i, row) in x.chunks_exact(kv_dim).enumerate() {
+                let r = layer * capacity + start_pos + i;
+                for (g, head) in row.chunks_exact(head_dim).enumerate() {
+                    let mut want = vec![0i8; head_dim];
+                    let scale = quantize_i8(head, &mut want);
+                    let got = &codes[(r * n_kv_heads + g) * head_dim..][..head_dim];
+                    assert_eq!(
+                        got,
+                        &want[..],
+                        "{n_kv_heads}x{head_dim}: position {i}, head {g}"
+                    );
+                    let got_scale = scales[r * n_kv_heads + g];
+                    assert_eq!(
+                        got_scale.to_bits(),
+                        scale.to_bits(),
+                        "position {i}, head {g}"
+                    );
+                }
+            }
+            // Nothing outside the new rows was written.
+            let written = (layer * capacity + start_pos) * n_kv_heads
+                ..(layer * capacity + start_pos + n) * n_kv_heads;
+            assert!(scales
+                .iter()
+                .enumerate()
+                .all(|(j, &s)| written.contains(&j) || s == 0.0));
+        }
+        eprintln!("  kv_append_int8 {n_kv_heads}x{head_dim}: codes and scales equal the CPU's bit for bit");
+    }
+}

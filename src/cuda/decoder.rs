@@ -3,7 +3,9 @@
 
 use super::forward::{GpuKvSource, RunState};
 use super::graph::DecodeGraph;
+use super::int8_cache::GpuInt8Cache;
 use super::kv_cache::GpuKvCache;
+use super::paged_cache::GpuPagedCache;
 use super::GpuModel;
 use crate::cache::KvBytes;
 use crate::error::Result;
@@ -86,5 +88,50 @@ impl Decoder for GpuCached<'_> {
             reserved: self.cache.bytes_allocated(),
             used: self.cache.bytes_used(),
         }
+    }
+}
+
+// ANCHOR: gpu_store
+/// The GPU caches besides the preallocated f32 one, each the twin of a CPU cache.
+/// (Boxed, as the two differ much in size: hundreds of bytes of handles and pool logic.)
+pub enum GpuStore {
+    /// `--cache paged`: block tables from the CPU's pool logic, blocks in GPU memory.
+    Paged(Box<GpuPagedCache>),
+    /// `--kv int8`: codes and one scale per position per KV head, as the CPU's.
+    Int8(Box<GpuInt8Cache>),
+}
+
+impl GpuStore {
+    fn source(&mut self) -> GpuKvSource<'_> {
+        match self {
+            GpuStore::Paged(cache) => GpuKvSource::Paged(cache),
+            GpuStore::Int8(cache) => GpuKvSource::Int8(cache),
+        }
+    }
+}
+
+/// The cached path over a [`GpuStore`]: one token per step, the unfused kernels.
+pub struct GpuCachedIn<'a> {
+    pub model: &'a GpuModel,
+    pub state: RunState,
+    pub cache: GpuStore,
+}
+// ANCHOR_END: gpu_store
+
+impl Decoder for GpuCachedIn<'_> {
+    fn prefill(&mut self, prompt: &[u32]) -> Result<Vec<f32>> {
+        let kv = self.cache.source();
+        self.model.forward_logits(prompt, kv, &mut self.state)
+    }
+    fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        let kv = self.cache.source();
+        self.model.forward_logits(&[token], kv, &mut self.state)
+    }
+    fn kv_bytes(&self) -> KvBytes {
+        let (reserved, used) = match &self.cache {
+            GpuStore::Paged(c) => (c.bytes_reserved(), c.bytes_used()),
+            GpuStore::Int8(c) => (c.bytes_reserved(), c.bytes_used()),
+        };
+        KvBytes { reserved, used }
     }
 }

@@ -8,9 +8,11 @@
 //! rows are in the launch), so on the GPU too the two paths give bitwise-identical logits.
 
 use super::gpu::CudaContextExt;
+use super::int8_cache::GpuInt8Cache;
 use super::kv_cache::GpuKvCache;
 use super::ops::AttentionVersion;
 use super::ops_splitk::SplitKScratch;
+use super::paged_cache::GpuPagedCache;
 use super::GpuModel;
 use crate::attention::Heads;
 use crate::config::Config;
@@ -23,6 +25,10 @@ pub enum GpuKvSource<'a> {
     ThisPass,
     /// Cached: append this pass's K and V to the cache, then attend over all of it.
     Cache(&'a mut GpuKvCache),
+    /// Cached, in blocks: the same, through the sequence's block table (`--cache paged`).
+    Paged(&'a mut GpuPagedCache),
+    /// Cached, in int8: this pass's K and V quantized into the cache (`--kv int8`).
+    Int8(&'a mut GpuInt8Cache),
 }
 
 // ANCHOR: run_state
@@ -161,10 +167,19 @@ impl GpuModel {
     /// can capture (src/cuda/graph.rs).
     pub fn forward(&self, tokens: &[u32], mut kv: GpuKvSource, st: &mut RunState) -> Result<()> {
         let start_pos = self.begin_pass(tokens.len(), &kv, st)?;
+        if let GpuKvSource::Paged(cache) = &mut kv {
+            // The block manager takes this pass's blocks (all or nothing) before any write.
+            cache.prepare(&self.gpu, tokens)?;
+        }
         self.stage_inputs(tokens, start_pos, &kv, st)?;
         self.forward_kernels(tokens.len(), start_pos, &mut kv, st)?;
-        if let GpuKvSource::Cache(cache) = kv {
-            cache.advance(tokens.len());
+        // (A pass that fails advances nothing: the blocks it took stay in the table, and
+        // the next pass at this position writes into them.)
+        match kv {
+            GpuKvSource::ThisPass => {}
+            GpuKvSource::Cache(cache) => cache.advance(tokens.len()),
+            GpuKvSource::Paged(cache) => cache.advance(tokens.len()),
+            GpuKvSource::Int8(cache) => cache.advance(tokens.len()),
         }
         Ok(())
     }
@@ -186,6 +201,11 @@ impl GpuModel {
         let start_pos = match kv {
             GpuKvSource::ThisPass => 0,
             GpuKvSource::Cache(cache) => {
+                cache.reserve(n)?;
+                cache.len()
+            }
+            GpuKvSource::Paged(cache) => cache.len(),
+            GpuKvSource::Int8(cache) => {
                 cache.reserve(n)?;
                 cache.len()
             }
@@ -230,6 +250,8 @@ impl GpuModel {
         let key_rows = match kv {
             GpuKvSource::ThisPass => st.rows,
             GpuKvSource::Cache(cache) => cache.capacity(),
+            GpuKvSource::Paged(cache) => cache.capacity(),
+            GpuKvSource::Int8(cache) => cache.capacity(),
         };
         let naive_kv = self.fused && matches!(kv, GpuKvSource::ThisPass);
         st.prepare(gpu, &self.config, key_rows, split_k, naive_kv)
@@ -321,6 +343,19 @@ impl GpuModel {
                         start_pos,
                         heads,
                     )?;
+                }
+                // The paged cache reads through its block table with attention_paged
+                // (v2's body), the int8 cache with attention_int8 (v2's body, codes
+                // dequantized in registers), whichever version `attn_version` names.
+                GpuKvSource::Paged(cache) => {
+                    cache.write(gpu, l, &st.k.as_view(), &st.v.as_view(), n)?;
+                    let (out, q) = (&mut st.att.as_view_mut(), &st.q.as_view());
+                    cache.attend(gpu, l, out, q, n, start_pos, heads)?;
+                }
+                GpuKvSource::Int8(cache) => {
+                    cache.write(gpu, l, &st.k.as_view(), &st.v.as_view(), n)?;
+                    let (out, q) = (&mut st.att.as_view_mut(), &st.q.as_view());
+                    cache.attend(gpu, l, out, q, n, start_pos)?;
                 }
             }
             gpu.matmul(

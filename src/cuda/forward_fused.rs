@@ -32,6 +32,17 @@ impl GpuModel {
         let kv_dim = heads.n_kv_heads * heads.head_dim;
         let eps = c.rms_norm_eps as f32;
         let rows = st.rows;
+        // The fused RoPE + KV append writes f32 rows of a contiguous cache (or of the naive
+        // pass's own buffers): the paged and int8 caches run the unfused kernels.
+        let mut cache = match kv {
+            GpuKvSource::ThisPass => None,
+            GpuKvSource::Cache(cache) => Some(&mut **cache),
+            GpuKvSource::Paged(_) | GpuKvSource::Int8(_) => {
+                return Err(Error::InvalidArgument(
+                    "the fused kernels write a contiguous f32 KV cache: the paged and int8 caches run the unfused ones (drop the fused plan, or --cache paged / --kv int8)".into(),
+                ))
+            }
+        };
         let RunState {
             tokens,
             x,
@@ -84,13 +95,13 @@ impl GpuModel {
             )?;
             // RoPE, and the rotated K and V into the cache (the naive path: into this pass's
             // own one-layer "cache", which every layer rewrites).
-            let (layer_in_cache, capacity) = match kv {
-                GpuKvSource::ThisPass => (0, rows),
-                GpuKvSource::Cache(cache) => (l, cache.capacity()),
+            let (layer_in_cache, capacity) = match &cache {
+                None => (0, rows),
+                Some(cache) => (l, cache.capacity()),
             };
             {
-                let (mut k_cache, mut v_cache) = match kv {
-                    GpuKvSource::ThisPass => {
+                let (mut k_cache, mut v_cache) = match cache.as_mut() {
+                    None => {
                         let Some((kc, vc)) = naive_kv.as_mut() else {
                             return Err(Error::Cuda(
                                 "internal: the fused naive pass has no K/V buffers".into(),
@@ -98,7 +109,7 @@ impl GpuModel {
                         };
                         (kc.as_view_mut(), vc.as_view_mut())
                     }
-                    GpuKvSource::Cache(cache) => cache.buffers_mut(),
+                    Some(cache) => cache.buffers_mut(),
                 };
                 gpu.rope_kv_append(
                     &mut q.as_view_mut(),
@@ -117,8 +128,8 @@ impl GpuModel {
             }
             // Split-K attention over every row the cache holds (the chunks past this
             // position return at once: the grid is the same at every step).
-            let (keys, values) = match kv {
-                GpuKvSource::ThisPass => match naive_kv.as_ref() {
+            let (keys, values) = match &cache {
+                None => match naive_kv.as_ref() {
                     Some((kc, vc)) => (kc.slice(..n * kv_dim), vc.slice(..n * kv_dim)),
                     None => {
                         return Err(Error::Cuda(
@@ -126,7 +137,7 @@ impl GpuModel {
                         ))
                     }
                 },
-                GpuKvSource::Cache(cache) => cache.read(l, capacity),
+                Some(cache) => cache.read(l, capacity),
             };
             gpu.attention_v3(
                 &mut att.as_view_mut(),

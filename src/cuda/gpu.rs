@@ -12,6 +12,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// How kvlab's CPU emulator of a GPU names its device (tools/cudacpu, driver.cpp's DEVICE_NAME).
+pub const EMULATOR_NAME: &str = "cpu emulator";
+
 /// Adds what was being done to a CUDA driver error.
 pub(crate) trait CudaContextExt<T> {
     fn cuda(self, what: &str) -> Result<T>;
@@ -36,6 +39,7 @@ pub(crate) struct Functions {
     pub matmul_v3_bf16: CudaFunction,
     pub rope: CudaFunction,
     pub kv_append: CudaFunction,
+    pub kv_append_int8: CudaFunction,
     pub attention_v1: CudaFunction,
     pub attention_v2: CudaFunction,
     pub attention_paged: CudaFunction,
@@ -184,6 +188,7 @@ impl Gpu {
             matmul_v3_bf16: take("matmul_v3_bf16")?,
             rope: take("rope")?,
             kv_append: take("kv_append")?,
+            kv_append_int8: take("kv_append_int8")?,
             attention_v1: take("attention_v1")?,
             attention_v2: take("attention_v2")?,
             attention_paged: take("attention_paged")?,
@@ -257,6 +262,12 @@ impl Gpu {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// True on kvlab's CPU emulator of a GPU (tools/cudacpu, whose driver names its device
+    /// [`EMULATOR_NAME`]): it runs one CUDA thread at a time, so benches size down there.
+    pub fn is_emulator(&self) -> bool {
+        self.name.starts_with(EMULATOR_NAME)
     }
 
     /// Kernels launched on this GPU so far.

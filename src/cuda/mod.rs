@@ -12,7 +12,9 @@
 //! - [`ops_splitk`] — attention v3, split-K (Flash-Decoding) for long contexts;
 //!   [`ops_quant`]: attention over an int8 cache (src/cache/quant/, `--kv int8`);
 //! - [`weights`] — the model uploaded once, in f32 or bf16;
-//! - [`kv_cache`] — the KV cache in GPU memory (src/cache/preallocated.rs);
+//! - [`kv_cache`] — the KV cache in GPU memory (src/cache/preallocated.rs); [`paged_cache`]
+//!   the paged one, its block tables from the CPU's pool logic (src/cache/paged/);
+//!   [`int8_cache`] the int8 one (src/cache/quant/, `--kv int8`);
 //! - [`forward`] — the forward pass (src/model.rs), naive and cached; [`forward_fused`] the
 //!   same pass with the fused kernels, 7 launches per layer instead of 15;
 //! - [`graph`] — the cached decode step captured once as a CUDA graph, replayed per token;
@@ -38,6 +40,7 @@ pub mod forward;
 pub mod forward_fused;
 pub mod gpu;
 pub mod graph;
+pub mod int8_cache;
 pub mod kv_cache;
 pub mod nvrtc;
 pub mod ops;
@@ -45,15 +48,19 @@ pub mod ops_attention;
 pub mod ops_fused;
 pub mod ops_quant;
 pub mod ops_splitk;
+pub mod paged_cache;
 pub mod roof;
 pub mod speculative;
 pub mod weights;
 
-pub use decoder::{GpuCached, GpuNaive};
+pub use decoder::{GpuCached, GpuCachedIn, GpuNaive, GpuStore};
 pub use forward::{GpuKvSource, RunState};
 pub use gpu::Gpu;
+pub use int8_cache::GpuInt8Cache;
 pub use kv_cache::GpuKvCache;
 pub use ops::{AttentionVersion, MatmulVersion};
+pub use ops_attention::GpuBlockTable;
+pub use paged_cache::GpuPagedCache;
 pub use weights::GpuWeights;
 
 use crate::config::Config;
@@ -156,6 +163,27 @@ impl GpuModel {
             state: RunState::new(&self.gpu, &self.config, capacity)?,
             cache: GpuKvCache::new(&self.gpu, &self.config, capacity)?,
             graph: None,
+        })
+    }
+
+    /// The cached path over a paged cache: blocks of `block_size` positions, enough for
+    /// `capacity`, in GPU memory; attention through the block table.
+    pub fn paged_decoder(&self, block_size: usize, capacity: usize) -> Result<GpuCachedIn<'_>> {
+        let cache = GpuPagedCache::new(&self.gpu, &self.config, block_size, capacity)?;
+        self.cached_decoder_in(GpuStore::Paged(Box::new(cache)), capacity)
+    }
+
+    /// The cached path over an int8 cache of `capacity` positions.
+    pub fn int8_decoder(&self, capacity: usize) -> Result<GpuCachedIn<'_>> {
+        let cache = GpuInt8Cache::new(&self.gpu, &self.config, capacity)?;
+        self.cached_decoder_in(GpuStore::Int8(Box::new(cache)), capacity)
+    }
+
+    fn cached_decoder_in(&self, cache: GpuStore, capacity: usize) -> Result<GpuCachedIn<'_>> {
+        Ok(GpuCachedIn {
+            model: self,
+            state: RunState::new(&self.gpu, &self.config, capacity)?,
+            cache,
         })
     }
 

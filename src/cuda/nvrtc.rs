@@ -60,7 +60,7 @@ pub const KERNELS: &[KernelSource] = &[
     KernelSource {
         file: "kv_append.cu",
         source: include_str!("../../kernels/kv_append.cu"),
-        functions: &["kv_append"],
+        functions: &["kv_append", "kv_append_int8"],
     },
     KernelSource {
         file: "attention.cu",

@@ -4,11 +4,13 @@
 //! buffer against what its kernel touches before the `unsafe` launch, as in `ops.rs`.
 //! CPU twins: `PreallocatedCache::write` and `attention::attention_over`.
 
+use super::gpu::CudaContextExt;
 use super::gpu::Gpu;
 use super::ops::{check, check_heads, check_nonzero, int, one_thread_each, AttentionVersion};
 use crate::attention::Heads;
+use crate::cache::paged::BlockId;
 use crate::error::{Error, Result};
-use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 
 impl Gpu {
     // ANCHOR: kv_append
@@ -160,6 +162,28 @@ impl Gpu {
         start_pos: usize,
         heads: Heads,
     ) -> Result<()> {
+        let n_blocks = pool_blocks(k_pool, v_pool, block_size, heads)?;
+        let ids: Vec<BlockId> = block_table.iter().map(|&b| b as BlockId).collect();
+        let mut table = GpuBlockTable::new(self, ids.len(), n_blocks)?;
+        table.update(self, &ids)?;
+        let pools = (k_pool, v_pool);
+        self.attention_paged_on(out, q, pools, &table, block_size, n, start_pos, heads)
+    }
+
+    /// [`Gpu::attention_paged`] with the block table already on the GPU (generation keeps
+    /// one per sequence, [`GpuBlockTable`], and copies it only when a block joins it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_paged_on(
+        &self,
+        out: &mut CudaViewMut<f32>,
+        q: &CudaView<f32>,
+        (k_pool, v_pool): (&CudaView<f32>, &CudaView<f32>),
+        table: &GpuBlockTable,
+        block_size: usize,
+        n: usize,
+        start_pos: usize,
+        heads: Heads,
+    ) -> Result<()> {
         let Heads {
             n_heads,
             n_kv_heads,
@@ -167,27 +191,19 @@ impl Gpu {
         } = heads;
         check_heads("paged attention", heads)?;
         check_nonzero("paged attention", &[("n", n)])?;
-        let block_floats = block_size * n_kv_heads * head_dim;
-        if block_size == 0 || k_pool.len() % block_floats != 0 || k_pool.len() != v_pool.len() {
+        let n_blocks = pool_blocks(k_pool, v_pool, block_size, heads)?;
+        if table.n_blocks != n_blocks {
             return Err(Error::Cuda(format!(
-                "paged attention: pools of {} and {} floats are not whole blocks of {block_size} positions x {} floats",
-                k_pool.len(),
-                v_pool.len(),
-                n_kv_heads * head_dim
+                "paged attention: the block table was checked against a pool of {} blocks, this pool has {n_blocks}",
+                table.n_blocks
             )));
         }
-        let n_blocks = k_pool.len() / block_floats;
-        if block_table.len() * block_size < start_pos + n {
+        let positions = start_pos.saturating_add(n);
+        if table.len.saturating_mul(block_size) < positions {
             return Err(Error::Cuda(format!(
-                "paged attention: a table of {} blocks of {block_size} holds {} positions, {} are read",
-                block_table.len(),
-                block_table.len() * block_size,
-                start_pos + n
-            )));
-        }
-        if let Some(bad) = block_table.iter().find(|&&b| b as usize >= n_blocks) {
-            return Err(Error::Cuda(format!(
-                "paged attention: block {bad} in the table, but the pool has {n_blocks} blocks"
+                "paged attention: a table of {} blocks of {block_size} holds {} positions, {positions} are read",
+                table.len,
+                table.len * block_size,
             )));
         }
         if n > 65535 {
@@ -200,11 +216,6 @@ impl Gpu {
         check("paged attention out", out.len(), q_len)?;
         int("paged attention pool size", k_pool.len())?;
         int("paged attention q size", q_len)?;
-        let table: Vec<i32> = block_table
-            .iter()
-            .map(|&b| int("block id", b as usize))
-            .collect::<Result<_>>()?;
-        let table = self.upload(&table)?;
         let (bs_i, n_i, sp_i, nh_i, nkv_i, hd_i) = (
             int("block_size", block_size)?,
             int("n", n)?,
@@ -219,7 +230,7 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         let mut b = self.stream.launch_builder(&self.f.attention_paged);
-        b.arg(out).arg(q).arg(k_pool).arg(v_pool).arg(&table);
+        b.arg(out).arg(q).arg(k_pool).arg(v_pool).arg(&table.ids);
         b.arg(&bs_i)
             .arg(&n_i)
             .arg(&sp_i)
@@ -228,11 +239,93 @@ impl Gpu {
             .arg(&hd_i);
         // SAFETY: attention_paged(out, q, k_pool, v_pool, block_table, block_size, n, start_pos,
         // n_heads, n_kv_heads, head_dim) matches the kernel. It reads table entries below
-        // (start_pos+n)/block_size+1 <= block_table.len() (checked), each a block id below
-        // n_blocks (checked), so every pool row it reads is inside k_pool/v_pool (whole blocks,
+        // (start_pos+n)/block_size+1 <= table.len (checked), each a block id below n_blocks
+        // (GpuBlockTable::update checks every id it copies, against this pool's count:
+        // checked above), so every pool row it reads is inside k_pool/v_pool (whole blocks,
         // checked); q and out below n*n_heads*head_dim (checked); KV head h / kv_mul <
         // n_kv_heads (divisibility checked); head_dim <= MAX_HEAD_DIM (checked).
         unsafe { self.launch(&mut b, cfg, "attention_paged") }
     }
     // ANCHOR_END: attention_paged
 }
+
+/// Blocks in a pool of `block_size` positions per block (`[n_blocks, block_size, n_kv_heads,
+/// head_dim]`), or an error when the pools are not whole, equal blocks.
+fn pool_blocks(
+    k_pool: &CudaView<f32>,
+    v_pool: &CudaView<f32>,
+    block_size: usize,
+    heads: Heads,
+) -> Result<usize> {
+    let block_floats = block_size * heads.n_kv_heads * heads.head_dim;
+    if block_floats == 0 || k_pool.len() % block_floats != 0 || k_pool.len() != v_pool.len() {
+        return Err(Error::Cuda(format!(
+            "paged attention: pools of {} and {} floats are not whole blocks of {block_size} positions x {} floats",
+            k_pool.len(),
+            v_pool.len(),
+            heads.n_kv_heads * heads.head_dim
+        )));
+    }
+    Ok(k_pool.len() / block_floats)
+}
+
+// ANCHOR: gpu_block_table
+/// One sequence's block table in GPU memory, room for `capacity` entries. Every id it
+/// holds was checked below `n_blocks` when it was copied, which is what lets
+/// [`Gpu::attention_paged_on`] launch without reading the table back.
+pub struct GpuBlockTable {
+    /// `[capacity]` block ids; the first `len` are the table.
+    ids: CudaSlice<i32>,
+    len: usize,
+    /// The pool the ids index.
+    n_blocks: usize,
+}
+
+impl GpuBlockTable {
+    /// An empty table of up to `capacity` blocks of a pool of `n_blocks`.
+    pub fn new(gpu: &Gpu, capacity: usize, n_blocks: usize) -> Result<GpuBlockTable> {
+        Ok(GpuBlockTable {
+            ids: gpu.zeros(capacity.max(1))?,
+            len: 0,
+            n_blocks,
+        })
+    }
+
+    /// Copies `table` (what the pool's block manager decided, `cache::paged`) to the GPU.
+    pub fn update(&mut self, gpu: &Gpu, table: &[BlockId]) -> Result<()> {
+        if table.len() > self.ids.len() {
+            return Err(Error::Cuda(format!(
+                "internal: a block table of {} entries in room for {}",
+                table.len(),
+                self.ids.len()
+            )));
+        }
+        if let Some(bad) = table.iter().find(|&&b| b >= self.n_blocks) {
+            return Err(Error::Cuda(format!(
+                "paged attention: block {bad} in the table, but the pool has {} blocks",
+                self.n_blocks
+            )));
+        }
+        let ids: Vec<i32> = table
+            .iter()
+            .map(|&b| int("block id", b))
+            .collect::<Result<_>>()?;
+        if !ids.is_empty() {
+            gpu.stream
+                .memcpy_htod(&ids, &mut self.ids.slice_mut(..ids.len()))
+                .cuda("copying a block table")?;
+        }
+        self.len = ids.len();
+        Ok(())
+    }
+
+    /// Entries in the table.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+// ANCHOR_END: gpu_block_table

@@ -87,4 +87,76 @@ impl Gpu {
         unsafe { self.launch(&mut b, cfg, "attention_int8") }
     }
     // ANCHOR_END: attention_int8
+
+    // ANCHOR: kv_append_int8_op
+    /// Quantizes the keys and values of `n` new positions (`k`, `v`: `[n, n_kv_heads *
+    /// head_dim]`) into layer `layer` of an int8 cache at rows `start_pos..start_pos + n`:
+    /// codes `[n_layers, capacity, n_kv_heads, head_dim]`, scales `[n_layers, capacity,
+    /// n_kv_heads]`. Bit for bit the CPU's `quantize_i8`, head by head (tests/cuda_quant.rs).
+    #[allow(clippy::too_many_arguments)]
+    pub fn kv_append_int8(
+        &self,
+        (k_codes, k_scales): (&mut CudaViewMut<i8>, &mut CudaViewMut<f32>),
+        (v_codes, v_scales): (&mut CudaViewMut<i8>, &mut CudaViewMut<f32>),
+        k: &CudaView<f32>,
+        v: &CudaView<f32>,
+        n: usize,
+        (layer, capacity, start_pos): (usize, usize, usize),
+        heads: Heads,
+    ) -> Result<()> {
+        let (n_kv_heads, head_dim) = (heads.n_kv_heads, heads.head_dim);
+        check_nonzero(
+            "kv_append_int8",
+            &[("n", n), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim)],
+        )?;
+        if n > 65535 || n_kv_heads > 65535 {
+            return Err(Error::Cuda(format!(
+                "kv_append_int8 takes at most 65535 positions and KV heads per launch, got {n} and {n_kv_heads}"
+            )));
+        }
+        let too_big = || Error::Cuda("kv_append_int8: the cache's size overflows".into());
+        let end = start_pos.checked_add(n).ok_or_else(too_big)?;
+        if end > capacity {
+            return Err(Error::Cuda(format!(
+                "internal: kv_append_int8 past the cache's capacity ({start_pos} + {n} > {capacity})"
+            )));
+        }
+        let kv_dim = n_kv_heads.checked_mul(head_dim).ok_or_else(too_big)?;
+        let rows = layer
+            .checked_add(1)
+            .and_then(|l| l.checked_mul(capacity))
+            .ok_or_else(too_big)?;
+        let code_len = rows.checked_mul(kv_dim).ok_or_else(too_big)?;
+        let scale_len = rows.checked_mul(n_kv_heads).ok_or_else(too_big)?;
+        check("kv_append_int8 k", k.len(), n * kv_dim)?;
+        check("kv_append_int8 v", v.len(), n * kv_dim)?;
+        check("kv_append_int8 k_codes", k_codes.len(), code_len)?;
+        check("kv_append_int8 v_codes", v_codes.len(), code_len)?;
+        check("kv_append_int8 k_scales", k_scales.len(), scale_len)?;
+        check("kv_append_int8 v_scales", v_scales.len(), scale_len)?;
+        int("kv_append_int8 cache size", code_len)?;
+        let (l_i, cap_i, sp_i, nkv_i, hd_i) = (
+            int("layer", layer)?,
+            int("capacity", capacity)?,
+            int("start_pos", start_pos)?,
+            int("n_kv_heads", n_kv_heads)?,
+            int("head_dim", head_dim)?,
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (n_kv_heads as u32, n as u32, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.f.kv_append_int8);
+        b.arg(k_codes).arg(k_scales).arg(v_codes).arg(v_scales);
+        b.arg(k).arg(v);
+        b.arg(&l_i).arg(&cap_i).arg(&sp_i).arg(&nkv_i).arg(&hd_i);
+        // SAFETY: kv_append_int8(k_codes, k_scales, v_codes, v_scales, k, v, layer, capacity,
+        // start_pos, n_kv_heads, head_dim) matches the kernel. Block (g, i) reads k and v at
+        // i*kv_dim + g*head_dim + d < n*kv_dim (checked) and writes codes at row*kv_dim + ...
+        // < (layer+1)*capacity*kv_dim and scales below (layer+1)*capacity*n_kv_heads (rows
+        // start_pos + i < capacity, checked; lengths checked above).
+        unsafe { self.launch(&mut b, cfg, "kv_append_int8") }
+    }
+    // ANCHOR_END: kv_append_int8_op
 }

@@ -6,7 +6,7 @@
 //! the model's speed as fractions of both (src/lab/gpu_bench.rs).
 
 use super::gpu::Gpu;
-use super::ops::{check, int, one_thread_each};
+use super::ops::{check, check_nonzero, int, one_thread_each};
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use serde::Serialize;
@@ -74,6 +74,7 @@ impl Gpu {
         partial: &mut CudaSlice<f32>,
         blocks: usize,
     ) -> Result<()> {
+        check_nonzero("roof_read", &[("blocks", blocks)])?;
         let n4 = x.len() / 4;
         let threads = blocks
             .checked_mul(THREADS as usize)
@@ -82,15 +83,15 @@ impl Gpu {
         int("roof_read blocks", blocks)?;
         let n4_i = n4 as i64;
         let cfg = LaunchConfig {
-            grid_dim: (blocks.max(1) as u32, 1, 1),
+            grid_dim: (blocks as u32, 1, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut b = self.stream.launch_builder(&self.f.roof_read);
         b.arg(x).arg(&n4_i).arg(partial);
         // SAFETY: roof_read(x, n4, partial) matches the kernel; it reads x[..4 * n4] (n4 is
-        // x.len() / 4) and writes partial[..blocks * 256] (checked above); `blocks` fits
-        // the grid (checked as an i32).
+        // x.len() / 4) and writes partial[..blocks * 256] (checked above); `blocks` is at
+        // least 1 and fits the grid (checked as an i32).
         unsafe { self.launch(&mut b, cfg, "roof_read") }
     }
 

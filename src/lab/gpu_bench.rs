@@ -5,11 +5,12 @@
 //! weight, and every weight must come from memory. So a step cannot be faster than
 //! `bytes read / memory bandwidth`, where the bytes are all the weights plus the KV cache
 //! read by attention. This module measures tokens/s and prints the fraction of that
-//! roofline reached (of the GPU's read bandwidth, measured), plus how many kernels a token
-//! launches — for a model this small, launch overhead (a few µs each, ~450 per token) is
-//! what actually bounds decode, which is why engines capture the step in a CUDA graph. So
-//! it also measures the launch latency (back-to-back launches of a one-element kernel) and
-//! the *launch roof*: `1 / (launches per token × launch latency)` tokens/s.
+//! roofline reached (of the GPU's read bandwidth, measured), and how many kernels a token
+//! launches. A launch costs a few µs, so the *launch roof*, `1 / (launches per token ×
+//! launch latency)` tokens/s, was the first guess at what bounds a model this small; the
+//! H200 refuted it for the plain kernels, whose matmuls were the bound (book: cuda.md,
+//! "What the H200 measured"). The bench keeps measuring both, so the next GPU can say
+//! which holds there.
 //!
 //! Every row is measured with each kernel plan: unfused with matmul v1, v2 and v3, fused (7
 //! launches per layer, split-K attention), and fused with the decode step replayed from a
@@ -61,6 +62,13 @@ pub struct BenchRow {
     pub decode_tok_s: f64,
     /// The same steps with the greedy token picked on the GPU (4 bytes back per token).
     pub decode_device_argmax_tok_s: f64,
+    /// `decode_ms` with the cache in blocks of [`PAGED_BLOCK_SIZE`] read through a block
+    /// table (`--cache paged`, attention_paged); `None` for the fused plans, which write a
+    /// contiguous cache.
+    pub paged_decode_ms: Option<f64>,
+    /// `decode_ms` with an int8 cache (`--kv int8`, attention_int8: a quarter of the cache's
+    /// f32 bytes read); `None` for the fused plans.
+    pub int8_decode_ms: Option<f64>,
     /// Naive path: one step at this context recomputes all `context` tokens.
     pub naive_step_ms: f64,
     /// Bytes a decode step must read: weights + the KV cache at this context.
@@ -149,6 +157,19 @@ pub fn bench_context(
     }
     let device_argmax_ms = ms_since(t) / decode_tokens as f64;
 
+    // The paged and int8 caches, timed as `decode_ms` (logits to the host), unfused plans
+    // only (the fused kernels write a contiguous f32 cache).
+    let (paged_decode_ms, int8_decode_ms) = if model.fused {
+        (None, None)
+    } else {
+        let paged = model.paged_decoder(PAGED_BLOCK_SIZE, capacity)?;
+        let int8 = model.int8_decoder(capacity)?;
+        (
+            Some(time_decode(paged, &prompt, decode_tokens)?),
+            Some(time_decode(int8, &prompt, decode_tokens)?),
+        )
+    };
+
     // Naive path: a step at this context is the whole sequence again.
     let mut naive = model.naive_decoder(context)?;
     let t = Instant::now();
@@ -180,6 +201,8 @@ pub fn bench_context(
         decode_ms,
         decode_tok_s: 1e3 / decode_ms,
         decode_device_argmax_tok_s: device_tok_s,
+        paged_decode_ms,
+        int8_decode_ms,
         naive_step_ms,
         bytes_per_token,
         hbm_fraction: bytes_per_token as f64 * device_tok_s / roof.read_bytes_per_s,
@@ -187,6 +210,18 @@ pub fn bench_context(
         launch_roof_tok_s,
         launch_fraction: device_tok_s / launch_roof_tok_s,
     })
+}
+
+/// ms per decode step of `decoder` after `prompt`, logits to the host, over `decode_tokens`
+/// steps (one untimed step first, as for `decode_ms`).
+fn time_decode(mut decoder: impl Decoder, prompt: &[u32], decode_tokens: usize) -> Result<f64> {
+    let mut token = ops::argmax(&decoder.prefill(prompt)?) as u32;
+    token = ops::argmax(&decoder.step(token)?) as u32;
+    let t = Instant::now();
+    for _ in 0..decode_tokens {
+        token = ops::argmax(&decoder.step(token)?) as u32;
+    }
+    Ok(ms_since(t) / decode_tokens as f64)
 }
 
 // ANCHOR: launch_latency
@@ -209,6 +244,9 @@ pub fn launch_latency_us(model: &GpuModel, count: usize) -> Result<f64> {
 }
 // ANCHOR_END: launch_latency
 
+/// Positions per block of the paged rows (vLLM's default on GPUs, and `--block-size`'s).
+pub const PAGED_BLOCK_SIZE: usize = 16;
+
 /// The kernel plans every context is measured with: `(matmul, attention, fused, graphs)`.
 /// The fused plans always run attention v3 and their own matmul chains (kernels/fused.cu).
 /// The decode kernels, matmul v3 and attention v3 (both split-K), make an unfused plan of
@@ -225,7 +263,7 @@ pub const PLANS: [(MatmulVersion, AttentionVersion, bool, bool); 5] = [
 /// Everything `kvlab bench --device cuda` reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct GpuBenchReport {
-    /// The GPU, its driver and NVRTC.
+    /// The GPU, its driver and NVRTC, and the weights' format (each row names its kernels).
     pub device: String,
     pub model: String,
     pub n_params: usize,
@@ -275,7 +313,11 @@ pub fn run(
     }
     (model.matmul, model.attention, model.fused, model.graphs) = saved;
     Ok(GpuBenchReport {
-        device: model.describe(),
+        device: format!(
+            "cuda: {}, weights {}",
+            model.gpu().describe(),
+            model.dtype.name()
+        ),
         model: model_name.to_string(),
         n_params: cpu.n_params(),
         decode_tokens,

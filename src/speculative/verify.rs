@@ -32,9 +32,10 @@ pub fn verify_pass(
 ) -> Result<Vec<Vec<f32>>> {
     let first = tokens.len() - n_rows.min(tokens.len());
     let kept = forward_hidden_in_passes(model, cache, tokens, first)?; // [n_rows, dim]
-                                                                       // The LM head (a fifth of SmolLM2's weights) is streamed once for all rows, where
-                                                                       // `n_rows` calls of `Model::logits` would stream it `n_rows` times; row by row the
-                                                                       // arithmetic is the same (row-independent kernels), bit for bit.
+
+    // The LM head (a fifth of SmolLM2's weights) is streamed once for all rows, where
+    // `n_rows` calls of `Model::logits` would stream it `n_rows` times; row by row the
+    // arithmetic is the same (row-independent kernels), bit for bit.
     let logits = model.logits_rows(kept.as_slice().expect("contiguous")); // [n_rows, vocab]
     let vocab = model.config.vocab_size;
     Ok(logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect())

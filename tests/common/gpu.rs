@@ -34,16 +34,13 @@ pub fn gpu_or_skip(test: &str) -> Option<Arc<Gpu>> {
     }
     match GPU.get_or_init(|| Gpu::new().map(Arc::new).map_err(|e| e.to_string())) {
         Ok(gpu) => {
-            EMULATED.store(gpu.describe().starts_with(EMULATOR_NAME), Ordering::Relaxed);
+            EMULATED.store(gpu.is_emulator(), Ordering::Relaxed);
             eprintln!("{test}: on {}", gpu.describe());
             Some(Arc::clone(gpu))
         }
         Err(reason) => panic!("{test}: there is a GPU, but kvlab cannot use it: {reason}"),
     }
 }
-
-/// How tools/cudacpu names its device (driver.cpp's DEVICE_NAME).
-pub const EMULATOR_NAME: &str = "cpu emulator";
 
 /// True once [`gpu_or_skip`] has opened kvlab's CPU emulator of the GPU (tools/cudacpu),
 /// not a real one. The emulator runs every CUDA thread one after another, about as fast as

@@ -141,6 +141,17 @@ impl PagedCache {
         Ok(PagedCache::with_pool(config, pool, prefix_caching))
     }
 
+    /// [`PagedCache::counting_only`] for `n_blocks` blocks rather than a budget in bytes.
+    pub fn counting_blocks(
+        config: &Config,
+        element: KvElement,
+        block_size: usize,
+        n_blocks: usize,
+    ) -> Result<PagedCache> {
+        let pool = BlockPool::counting_only(config, element, block_size, n_blocks)?;
+        Ok(PagedCache::with_pool(config, pool, false))
+    }
+
     fn with_pool(config: &Config, pool: BlockPool, prefix_caching: bool) -> PagedCache {
         let (n_blocks, block_size, element) = (pool.n_blocks(), pool.block_size(), pool.element());
         PagedCache {

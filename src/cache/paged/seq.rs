@@ -72,6 +72,23 @@ impl PagedSeq<PagedCache> {
     }
 }
 
+impl PagedSeq<PagedCache> {
+    /// One sequence's block tables over a pool of `n_blocks` with no memory behind it: the
+    /// blocks are taken, counted and given back exactly as above, but their K and V live
+    /// elsewhere. The GPU's paged cache (src/cuda/paged_cache.rs) keeps them in GPU memory
+    /// and asks this pool which block each position goes in.
+    pub fn single_counting(
+        config: &Config,
+        element: KvElement,
+        block_size: usize,
+        n_blocks: usize,
+    ) -> Result<PagedSeq<PagedCache>> {
+        let mut cache = PagedCache::counting_blocks(config, element, block_size, n_blocks)?;
+        let id = cache.add_sequence();
+        Ok(PagedSeq { cache, id })
+    }
+}
+
 impl<C: BorrowMut<PagedCache>> PagedSeq<C> {
     pub fn id(&self) -> SeqId {
         self.id

@@ -122,7 +122,7 @@ fn gpu_bench(args: &BenchArgs, loaded: &crate::args::Loaded) -> Result<()> {
     let mut gpu = kvlab::cuda::GpuModel::upload(&loaded.model, args.device.gpu_dtype.into())?;
     // The roofs first, on the same GPU: the model's figures are fractions of them.
     // (The CPU emulator runs one CUDA thread at a time: there, the small sizes.)
-    let sizes = if gpu.gpu().name().starts_with("cpu emulator") {
+    let sizes = if gpu.gpu().is_emulator() {
         kvlab::cuda::roof::RoofSizes::SMALL
     } else {
         kvlab::cuda::roof::RoofSizes::GPU

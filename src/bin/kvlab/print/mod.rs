@@ -342,7 +342,7 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
         r.launch_latency_us
     );
     outln!(
-        "{:>5} {:<30} {:>7} | {:>10} {:>11} {:>7} | {:>9} {:>8} {:>12} | {:>10} {:>6} | {:>9} {:>7} | {:>8} {:>10} {:>7}",
+        "{:>5} {:<30} {:>7} | {:>10} {:>11} {:>7} | {:>9} {:>8} {:>12} | {:>10} {:>6} | {:>9} {:>7} | {:>8} {:>10} {:>7} | {:>9} {:>9}",
         "wts",
         "kernels",
         "context",
@@ -358,11 +358,13 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
         "of HBM",
         "launches",
         "launch roof",
-        "of roof"
+        "of roof",
+        "paged",
+        "int8 KV"
     );
     for row in &r.rows {
         outln!(
-            "{:>5} {:<30} {:>7} | {:>7.2} ms {:>11.0} {:>6.1}% | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms {:>5.0}x | {:>9.1} {:>6.1}% | {:>8.0} {:>10.0} {:>6.1}%",
+            "{:>5} {:<30} {:>7} | {:>7.2} ms {:>11.0} {:>6.1}% | {:>6.3} ms {:>8.1} {:>12.1} | {:>7.2} ms {:>5.0}x | {:>9.1} {:>6.1}% | {:>8.0} {:>10.0} {:>6.1}% | {:>9} {:>9}",
             row.weights.name(),
             row.kernels,
             row.context,
@@ -378,7 +380,11 @@ pub fn gpu_bench(r: &kvlab::lab::gpu_bench::GpuBenchReport) {
             row.hbm_fraction * 100.0,
             row.launches_per_token,
             row.launch_roof_tok_s,
-            row.launch_fraction * 100.0
+            row.launch_fraction * 100.0,
+            row.paged_decode_ms
+                .map_or("-".to_string(), |ms| format!("{ms:.3} ms")),
+            row.int8_decode_ms
+                .map_or("-".to_string(), |ms| format!("{ms:.3} ms"))
         );
     }
 }
