@@ -24,6 +24,8 @@
 #            the read roof, of the FMA roof and of the launch roof (launches x latency);
 #            the --json reports land in $OUT/gpu-bench-{f32,bf16}.json
 #         5. `kvlab demo --device cuda` in f32 and bf16: naive vs cached through the CLI
+#         6. `kvlab generate --device cuda` with `--cache paged` and `--kv int8` against the same
+#            command on the CPU: equal tokens and KV bytes
 #       Everything is also written to $OUT/gpu-check.log when $OUT is set. Back here,
 #       `python3 scripts/gpu-figures.py record DIR` turns DIR (what came back) into the book's
 #       record of the run (book/src/figures/data/gpu-h200.json and gpu-h200.log).
@@ -273,6 +275,33 @@ PY
         done
     else
         record "5. demo" "no kvlab binary"
+    fi
+
+    echo "== 6. the GPU's other caches through the CLI: kvlab generate --device cuda against --device cpu"
+    if [ -n "$kvlab" ]; then
+        local opts name
+        for opts in "--cache paged --block-size 16" "--kv int8"; do
+            name=${opts%% --block-size*}
+            echo "-- $opts (random SmolLM2-shaped model, 100-token prompt, 32 tokens)"
+            # shellcheck disable=SC2086
+            if timeout 120 "$kvlab" generate --random-weights --prompt-len 100 --max-new-tokens 32 $opts \
+                --device cuda --json >/tmp/kvlab-gen-cuda.json &&
+                timeout 120 "$kvlab" generate --random-weights --prompt-len 100 --max-new-tokens 32 $opts \
+                    --json >/tmp/kvlab-gen-cpu.json &&
+                python3 - /tmp/kvlab-gen-cuda.json /tmp/kvlab-gen-cpu.json <<'PY'; then
+import json, sys
+gpu, cpu = (json.load(open(p)) for p in sys.argv[1:])
+same = gpu["generated_ids"] == cpu["generated_ids"]
+kv = (gpu["kv_cache_bytes"], gpu["kv_cache_bytes_used"]) == (cpu["kv_cache_bytes"], cpu["kv_cache_bytes_used"])
+print(f"   tokens equal: {str(same).lower()}, KV bytes equal: {str(kv).lower()} "
+      f"({gpu['kv_cache_bytes_used']:,} used); TPOT cuda {gpu['tpot_ms']:.2f} ms, cpu {cpu['tpot_ms']:.2f} ms")
+sys.exit(0 if same and kv else 1)
+PY
+                record "6. generate $name" "PASS"
+            else
+                record "6. generate $name" "FAIL"
+            fi
+        done
     fi
 
     echo "== summary"
