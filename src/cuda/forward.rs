@@ -313,7 +313,8 @@ impl GpuModel {
                 heads,
                 start_pos,
             )?;
-            // The only lines where the two paths differ.
+            // ANCHOR: kv_sources
+            // The only lines where the two paths differ (and, on the cached path, the caches).
             match kv {
                 GpuKvSource::ThisPass => {
                     let (keys, values) = (st.k.slice(..n * kv_dim), st.v.slice(..n * kv_dim));
@@ -358,6 +359,7 @@ impl GpuModel {
                     cache.attend(gpu, l, out, q, n, start_pos)?;
                 }
             }
+            // ANCHOR_END: kv_sources
             gpu.matmul(
                 &mut st.proj.as_view_mut(),
                 &st.att.as_view(),

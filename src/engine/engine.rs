@@ -226,7 +226,7 @@ impl Engine {
     /// first token already emitted. `QueueFull` when the pool lacks the blocks now (try
     /// again after an iteration); `Invalid` when the transfer does not fit this model.
     pub fn import(&mut self, id: u64, t: &KvTransfer) -> std::result::Result<(), SubmitError> {
-        t.check_fits(self.model.config())
+        t.check_fits(self.model.config(), &self.cache)
             .map_err(SubmitError::Invalid)?;
         if self.seqs.contains_key(&id) {
             return Err(SubmitError::Invalid(Error::InvalidArgument(format!(

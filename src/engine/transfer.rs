@@ -3,18 +3,18 @@
 //! Book: serving.md, "Disaggregation".
 //!
 //! A request's state after prefill is small and explicit: its prompt, the first token
-//! sampled, and the K and V of every prompt position in every layer. That is what a
-//! [`KvTransfer`] holds and what goes over the wire, `2 x n_layers x kv_dim x 4` bytes
-//! per prompt token (f32). The decode engine writes the rows into blocks of its own pool
-//! and the request carries on as if it had been prefilled there: the same rows, so the
-//! same logits, bit for bit (the twin test is `tests/disagg.rs`).
+//! sampled, and the K and V of every prompt position in every layer, as the pool stores
+//! them (`cache/paged/row_io.rs`). That is what a [`KvTransfer`] holds and what goes over
+//! the wire: per prompt token `2 x n_layers x kv_dim x 4` bytes from an f32 pool, about a
+//! quarter of that from an int8 one (`--kv int8`: codes and scales travel as they are).
+//! The decode engine writes the rows into blocks of its own pool, which must store the
+//! same element, and the request carries on as if it had been prefilled there: the same
+//! stored bits, so the same logits, bit for bit (the twin test is `tests/disagg.rs`).
 //!
 //! This file knows the rows and the pool, not the engine: the engine's `Role`, and its
 //! `Engine::import` (which admits a transfer as a running request), are in `engine.rs`.
 
 use super::request::{Request, SamplingParams};
-use crate::cache::rows::KvRows;
-use crate::cache::view::KvView;
 use crate::cache::{KvStore, PagedCache, SeqId};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -29,53 +29,59 @@ pub struct KvTransfer {
     pub max_tokens: usize,
     pub sampling: SamplingParams,
     pub stop_ids: Vec<u32>,
-    /// K and V width of one position in one layer: `n_kv_heads x head_dim`.
-    pub kv_dim: usize,
-    /// Per layer, `[prompt.len(), kv_dim]` row-major.
-    pub k: Vec<Vec<f32>>,
-    pub v: Vec<Vec<f32>>,
+    /// What the rows are, by the pool's `--kv` name: `full` (f32), `int8`,
+    /// `int4-per-token`. The decode engine's pool must store the same.
+    pub element: String,
+    /// Bytes of one position of one layer, K then V, as stored (f32: `2 x kv_dim x 4`).
+    pub row_bytes: usize,
+    /// Per layer, `[prompt.len(), row_bytes]`: the stored rows in position order.
+    pub rows: Vec<Vec<u8>>,
 }
 // ANCHOR_END: kv_transfer
 
-/// "KVT1": the format's name and version, first in every transfer.
-const MAGIC: [u8; 4] = *b"KVT1";
-/// Magic, six u32, two f32, one u64.
-pub const HEADER_BYTES: usize = 4 + 6 * 4 + 2 * 4 + 8;
+/// "KVT2": the format's name and version, first in every transfer (KVT1 carried f32 only).
+const MAGIC: [u8; 4] = *b"KVT2";
+/// Magic, seven u32, two f32, one u64.
+pub const HEADER_BYTES: usize = 4 + 7 * 4 + 2 * 4 + 8;
+/// The longest element name a transfer may carry.
+const MAX_ELEMENT_NAME: usize = 64;
 
 impl KvTransfer {
     pub fn n_layers(&self) -> usize {
-        self.k.len()
+        self.rows.len()
     }
 
     // ANCHOR: to_bytes
-    /// The wire format, little-endian: a 44-byte header (magic; six u32: n_layers,
-    /// kv_dim, prompt len, first token, max_tokens, number of stop ids; temperature and
-    /// top_p as f32; seed as u64), the prompt and stop ids (u32 each), then per layer
-    /// its K rows, then its V rows (f32): `2 x n_layers x len x kv_dim x 4` bytes.
+    /// The wire format, little-endian: a 48-byte header (magic; seven u32: n_layers,
+    /// row_bytes, prompt len, first token, max_tokens, number of stop ids, length of the
+    /// element's name; temperature and top_p as f32; seed as u64), the element's name
+    /// (UTF-8), the prompt and stop ids (u32 each), then per layer its stored rows:
+    /// `n_layers x len x row_bytes` bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let payload = 2 * self.n_layers() * self.prompt.len() * self.kv_dim * 4;
-        let mut out = Vec::with_capacity(HEADER_BYTES + 4 * self.prompt.len() + payload);
+        let payload = self.n_layers() * self.prompt.len() * self.row_bytes;
+        let ids = 4 * (self.prompt.len() + self.stop_ids.len());
+        let mut out = Vec::with_capacity(HEADER_BYTES + self.element.len() + ids + payload);
         out.extend_from_slice(&MAGIC);
         for x in [
             self.n_layers(),
-            self.kv_dim,
+            self.row_bytes,
             self.prompt.len(),
             self.first_token as usize,
             self.max_tokens,
             self.stop_ids.len(),
+            self.element.len(),
         ] {
             out.extend_from_slice(&(x as u32).to_le_bytes());
         }
         out.extend_from_slice(&self.sampling.temperature.to_le_bytes());
         out.extend_from_slice(&self.sampling.top_p.to_le_bytes());
         out.extend_from_slice(&self.sampling.seed.to_le_bytes());
+        out.extend_from_slice(self.element.as_bytes());
         for id in self.prompt.iter().chain(&self.stop_ids) {
             out.extend_from_slice(&id.to_le_bytes());
         }
-        for (k, v) in self.k.iter().zip(&self.v) {
-            for x in k.iter().chain(v) {
-                out.extend_from_slice(&x.to_le_bytes());
-            }
+        for rows in &self.rows {
+            out.extend_from_slice(rows);
         }
         out
     }
@@ -87,42 +93,50 @@ impl KvTransfer {
     pub fn from_bytes(bytes: &[u8]) -> Result<KvTransfer> {
         let mut r = Reader { bytes, at: 0 };
         if r.take(4)? != MAGIC {
-            return Err(bad("it does not start with KVT1 (not a kvlab KV transfer)"));
+            return Err(bad(
+                "it does not start with KVT2 (not a kvlab KV transfer of this version)",
+            ));
         }
-        let mut header = [0usize; 6];
+        let mut header = [0usize; 7];
         for h in &mut header {
             *h = r.u32()? as usize;
         }
-        let [n_layers, kv_dim, len, first_token, max_tokens, n_stop] = header;
+        let [n_layers, row_bytes, len, first_token, max_tokens, n_stop, name_len] = header;
         // An empty prompt or zero-width rows would make the payload 0 bytes whatever
         // n_layers claims: refused before n_layers sizes anything.
-        if len == 0 || kv_dim == 0 || n_layers == 0 {
+        if len == 0 || row_bytes == 0 || n_layers == 0 {
             return Err(bad(&format!(
-                "{n_layers} layers x {len} positions x {kv_dim} floats: none may be 0"
+                "{n_layers} layers x {len} positions x {row_bytes} bytes: none may be 0"
+            )));
+        }
+        if name_len == 0 || name_len > MAX_ELEMENT_NAME {
+            return Err(bad(&format!(
+                "an element name of {name_len} bytes (1 to {MAX_ELEMENT_NAME})"
             )));
         }
         let temperature = f32::from_le_bytes(r.array()?);
         let top_p = f32::from_le_bytes(r.array()?);
         let seed = u64::from_le_bytes(r.array()?);
+        let element = std::str::from_utf8(r.take(name_len)?)
+            .map_err(|_| bad("the element's name is not UTF-8"))?
+            .to_string();
         let prompt = r.u32s(len)?;
         let stop_ids = r.u32s(n_stop)?;
-        let layer_floats = len
-            .checked_mul(kv_dim)
-            .ok_or_else(|| bad("prompt length x kv_dim overflows"))?;
-        let needed = layer_floats
-            .checked_mul(2 * 4)
-            .and_then(|b| b.checked_mul(n_layers))
+        let layer_bytes = len
+            .checked_mul(row_bytes)
+            .ok_or_else(|| bad("prompt length x row bytes overflows"))?;
+        let needed = layer_bytes
+            .checked_mul(n_layers)
             .ok_or_else(|| bad("the KV payload's size overflows"))?;
         if r.left() != needed {
             return Err(bad(&format!(
-                "the header says {n_layers} layers x {len} positions x {kv_dim} floats x 2 (K, V) = {needed} bytes of KV but {} follow (truncated?)",
+                "the header says {n_layers} layers x {len} positions x {row_bytes} bytes = {needed} bytes of KV but {} follow (truncated?)",
                 r.left()
             )));
         }
-        let (mut k, mut v) = (Vec::with_capacity(n_layers), Vec::with_capacity(n_layers));
+        let mut rows = Vec::with_capacity(n_layers);
         for _ in 0..n_layers {
-            k.push(r.f32s(layer_floats)?);
-            v.push(r.f32s(layer_floats)?);
+            rows.push(r.take(layer_bytes)?.to_vec());
         }
         Ok(KvTransfer {
             prompt,
@@ -134,9 +148,9 @@ impl KvTransfer {
                 seed,
             },
             stop_ids,
-            kv_dim,
-            k,
-            v,
+            element,
+            row_bytes,
+            rows,
         })
     }
 }
@@ -181,19 +195,13 @@ impl<'a> Reader<'a> {
             .map(|b| u32::from_le_bytes(b.try_into().expect("4")))
             .collect())
     }
-    fn f32s(&mut self, n: usize) -> Result<Vec<f32>> {
-        let bytes = self.take(n.checked_mul(4).ok_or_else(|| bad("a count overflows"))?)?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().expect("4")))
-            .collect())
-    }
 }
 
 impl KvTransfer {
     // ANCHOR: export
-    /// Sequence `seq_id`'s finished prefill of `request`: every layer's K and V for
-    /// positions `0..prompt.len()`, read through its block table, and `first_token`.
+    /// Sequence `seq_id`'s finished prefill of `request`: every layer's rows for positions
+    /// `0..prompt.len()` as the pool stores them, read through its block table, and
+    /// `first_token`.
     pub fn from_cache(
         cache: &PagedCache,
         seq_id: SeqId,
@@ -202,31 +210,18 @@ impl KvTransfer {
         config: &Config,
     ) -> Result<KvTransfer> {
         let len = request.prompt.len();
-        let n_layers = config.num_hidden_layers;
-        let (mut k, mut v) = (Vec::with_capacity(n_layers), Vec::with_capacity(n_layers));
-        for layer in 0..n_layers {
-            let KvView::Paged(rows) = cache.read_seq(seq_id, layer, len) else {
-                return Err(Error::InvalidArgument(format!(
-                    "a KV transfer carries f32 rows, and this engine's pool stores --kv {} codes (sending codes and scales is not built): disaggregate with --kv full",
-                    cache.pool().element().name()
-                )));
-            };
-            k.push((0..len).flat_map(|j| rows.key(j).iter().copied()).collect());
-            v.push(
-                (0..len)
-                    .flat_map(|j| rows.value(j).iter().copied())
-                    .collect(),
-            );
-        }
+        let rows = (0..config.num_hidden_layers)
+            .map(|layer| cache.export_rows(seq_id, layer, len))
+            .collect::<Result<_>>()?;
         Ok(KvTransfer {
             prompt: request.prompt.clone(),
             first_token,
             max_tokens: request.max_tokens,
             sampling: request.sampling,
             stop_ids: request.stop_ids.clone(),
-            kv_dim: config.n_kv_heads() * config.head_dim(),
-            k,
-            v,
+            element: cache.pool().element().name().to_string(),
+            row_bytes: cache.row_bytes(),
+            rows,
         })
     }
     // ANCHOR_END: export
@@ -241,24 +236,32 @@ impl KvTransfer {
         }
     }
 
-    /// Whether these rows can be decoded by a model of `config`: a one-line error if not.
-    pub fn check_fits(&self, config: &Config) -> Result<()> {
-        let (len, kv_dim) = (self.prompt.len(), config.n_kv_heads() * config.head_dim());
+    /// Whether these rows can be decoded by a model of `config` from `cache`'s pool: a
+    /// one-line error if not.
+    pub fn check_fits(&self, config: &Config, cache: &PagedCache) -> Result<()> {
+        let len = self.prompt.len();
         let invalid = |why: String| Err(Error::InvalidArgument(why));
-        if self.n_layers() != config.num_hidden_layers || self.kv_dim != kv_dim {
+        if self.n_layers() != config.num_hidden_layers {
             return invalid(format!(
-                "the KV transfer has {} layers of width {} but this model has {} of width {kv_dim}: prefill and decode engines must run the same model",
-                self.n_layers(), self.kv_dim, config.num_hidden_layers
+                "the KV transfer has {} layers but this model has {}: prefill and decode engines must run the same model",
+                self.n_layers(), config.num_hidden_layers
+            ));
+        }
+        let element = cache.pool().element().name();
+        if self.element != element || self.row_bytes != cache.row_bytes() {
+            return invalid(format!(
+                "the KV transfer carries --kv {} rows of {} bytes, and this engine's pool stores --kv {element} rows of {}: run both engines with the same model and --kv",
+                self.element, self.row_bytes, cache.row_bytes()
             ));
         }
         if self
-            .k
+            .rows
             .iter()
-            .chain(&self.v)
-            .any(|rows| rows.len() != len * kv_dim)
+            .any(|rows| rows.len() != len * self.row_bytes)
         {
             return invalid(format!(
-                "the KV transfer's rows are not [{len} positions, {kv_dim}] in every layer"
+                "the KV transfer's rows are not [{len} positions, {} bytes] in every layer",
+                self.row_bytes
             ));
         }
         if self.max_tokens < 2 {
@@ -278,16 +281,16 @@ impl KvTransfer {
 
     // ANCHOR: import
     /// A new sequence of `cache` holding these rows: blocks for the prompt, every
-    /// layer's K and V written into them. On failure the blocks go back to the pool.
+    /// layer's stored rows written into them as they are. On failure the blocks go back
+    /// to the pool.
     pub fn write_into(&self, cache: &mut PagedCache) -> Result<SeqId> {
         let seq_id = cache.add_sequence();
         let written = (|| {
-            let mut store = cache.seq(seq_id)?;
-            store.prepare(&self.prompt)?;
-            for (layer, (k, v)) in self.k.iter().zip(&self.v).enumerate() {
-                store.write(layer, k, v)?;
+            cache.seq(seq_id)?.prepare(&self.prompt)?;
+            for (layer, rows) in self.rows.iter().enumerate() {
+                cache.import_rows(seq_id, layer, rows)?;
             }
-            store.advance(self.prompt.len());
+            cache.seq(seq_id)?.advance(self.prompt.len());
             Ok(())
         })();
         match written {

@@ -15,6 +15,7 @@
 
 use super::timing::machine_name;
 use crate::batch::BatchModel;
+use crate::cache::{KvElement, KvPolicy};
 use crate::engine::{Engine, EngineConfig, KvTransfer, Policy, Request, Role, StepReport};
 use crate::error::{Error, Result};
 use crate::server::loadtest::Percentiles;
@@ -38,6 +39,9 @@ pub struct DisaggOptions {
     pub max_batch_tokens: usize,
     /// Positions per block of both engines' pools (`--block-size`).
     pub block_size: usize,
+    /// What both pools store (`--kv`: `full`, `int8`, `int4-per-token`): a transfer
+    /// carries the rows as stored, so an int8 pool ships about a quarter of the bytes.
+    pub kv: KvPolicy,
 }
 
 /// One mode's measurements.
@@ -68,8 +72,11 @@ pub struct DisaggReport {
     pub options: DisaggOptions,
     pub prompt_tokens: usize,
     pub output_tokens: usize,
-    /// `2 x n_layers x kv_dim x 4`: the KV bytes of one prompt position.
+    /// The KV bytes of one prompt position as the pools store it (`2 x n_layers x
+    /// kv_dim x 4` for f32): what a transfer carries per prompt token.
     pub kv_bytes_per_prompt_token: usize,
+    /// The pools' element, by its `--kv` name.
+    pub kv: &'static str,
     pub colocated: ModeReport,
     pub disaggregated: ModeReport,
     /// Greedy requests: the two modes produce the same tokens.
@@ -95,8 +102,10 @@ pub fn run(
         policy: Policy::ContinuousChunked,
         max_batch_tokens: options.max_batch_tokens,
         block_size: options.block_size,
+        kv: options.kv,
         ..EngineConfig::default()
     };
+    let element = KvElement::for_pool(model.config(), options.kv, "paged")?;
     for p in &planned {
         crate::engine::validate(model.config(), &config, request_of(p))?;
     }
@@ -109,7 +118,8 @@ pub fn run(
         weights: model.weights(),
         prompt_tokens: planned.iter().map(|p| p.prompt.len()).sum(),
         output_tokens: planned.iter().map(|p| p.max_tokens).sum(),
-        kv_bytes_per_prompt_token: 2 * c.num_hidden_layers * c.n_kv_heads() * c.head_dim() * 4,
+        kv_bytes_per_prompt_token: element.bytes_per_token(c),
+        kv: element.name(),
         options,
         colocated,
         disaggregated,

@@ -18,12 +18,14 @@
 //! before they arrive. One way to size it is a budget: the longest prompt whose transfer
 //! still fits in, say, one decode step, so that it hides behind work already running.
 //!
-//! kvlab: `src/engine/transfer.rs` (`KvTransfer`: a 44-byte header, then the rows as
-//! little-endian f32), `src/lab/disagg.rs` (`kvlab bench-disagg`: the same workload over
+//! kvlab: `src/engine/transfer.rs` (`KvTransfer`: a 48-byte header, the pool element's
+//! name and the token ids, then the rows as the pool stores them: little-endian f32, or
+//! int8 codes and scales with `--kv int8`), `src/lab/disagg.rs` (`kvlab bench-disagg`: the same workload over
 //! loopback TCP and on one engine); book chapter "A server", section "Disaggregation".
 
-/// The header `src/engine/transfer.rs` writes before the rows.
-pub const HEADER_BYTES: u64 = 44;
+/// The fixed header `src/engine/transfer.rs` writes before the rows (the element's name
+/// and the token ids that follow it are left out here).
+pub const HEADER_BYTES: u64 = 48;
 
 /// Bytes one request's transfer puts on the wire, or `None` if the count overflows u64.
 pub fn transfer_bytes(prompt_tokens: u64, kv_bytes_per_token: u64) -> Option<u64> {
@@ -60,10 +62,10 @@ mod tests {
 
     #[test]
     fn smollm2_ships_46_mb_for_a_thousand_tokens() {
-        assert_eq!(transfer_bytes(1000, SMOLLM2_F32), Some(46_080_044));
+        assert_eq!(transfer_bytes(1000, SMOLLM2_F32), Some(46_080_048));
         assert_eq!(
             transfer_bytes(0, SMOLLM2_F32),
-            Some(44),
+            Some(48),
             "an empty prompt still sends its header"
         );
     }
@@ -85,7 +87,7 @@ mod tests {
     #[test]
     fn a_7b_prompt_over_100_gbit_takes_a_sixth_of_a_second() {
         let bytes = transfer_bytes(4096, MHA_7B_BF16).unwrap();
-        assert_eq!(bytes, 2 * 1024 * 1024 * 1024 + 44);
+        assert_eq!(bytes, 2 * 1024 * 1024 * 1024 + 48);
         let t = transfer_s(bytes, 12.5e9, 10e-6);
         assert!((t - 0.171_808_0).abs() < 1e-6, "{t}");
     }

@@ -323,6 +323,83 @@ impl BlockPool {
         out
     }
 
+    // ANCHOR: row_image
+    /// Bytes of one position of one layer as this pool stores it, K then V: `2 x kv_dim x 4`
+    /// for f32, codes and scales for a quantized element.
+    pub fn row_bytes(&self) -> usize {
+        match &self.memory {
+            Memory::CountingOnly | Memory::F32 { .. } => 2 * self.kv_dim * size_of::<f32>(),
+            Memory::PerToken { keys, values } => keys.slot_len() + values.slot_len(),
+        }
+    }
+
+    /// Appends position `row` of `block` in layer `layer` as stored (K, then V): what a
+    /// KV transfer carries, whatever the element (`engine/transfer.rs`).
+    pub fn row_image(&self, layer: usize, block: BlockId, row: usize, out: &mut Vec<u8>) {
+        match &self.memory {
+            Memory::CountingOnly => {}
+            Memory::F32 { k, v } => {
+                let start = self.offset(layer, block, row);
+                for data in [k, v] {
+                    let rows = &data[start..start + self.kv_dim];
+                    out.extend(rows.iter().flat_map(|x| x.to_le_bytes()));
+                }
+            }
+            Memory::PerToken { keys, values } => {
+                let slot = block * self.block_size + row;
+                keys.slot_bytes(layer, slot, out);
+                values.slot_bytes(layer, slot, out);
+            }
+        }
+    }
+
+    /// Stores a [`BlockPool::row_image`] of a pool of the same element at position `row`
+    /// of `block` in layer `layer`: the stored bits as they were (an int8 row is not
+    /// quantized again, so a transferred row is bit for bit the sender's).
+    pub fn write_row_image(
+        &mut self,
+        layer: usize,
+        block: BlockId,
+        row: usize,
+        bytes: &[u8],
+    ) -> Result<()> {
+        if self.ref_counts[block] != 1 || layer >= self.n_layers || bytes.len() != self.row_bytes()
+        {
+            return Err(Error::Internal(format!(
+                "a row image of {} bytes into block {block} (held by {} tables), layer {layer}: want {} bytes, one table",
+                bytes.len(),
+                self.ref_counts[block],
+                self.row_bytes()
+            )));
+        }
+        let start = self.offset(layer, block, row);
+        match &mut self.memory {
+            Memory::CountingOnly => {
+                return Err(Error::Internal(
+                    "this block pool only counts blocks (capacity planning): it has no memory to write to".into(),
+                ))
+            }
+            Memory::F32 { k, v } => {
+                let floats = bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                let kv_dim = self.kv_dim;
+                for (i, x) in floats.enumerate() {
+                    let (data, at) = if i < kv_dim { (&mut *k, i) } else { (&mut *v, i - kv_dim) };
+                    data[start + at] = x;
+                }
+            }
+            Memory::PerToken { keys, values } => {
+                let slot = block * self.block_size + row;
+                let (kb, vb) = bytes.split_at(keys.slot_len());
+                keys.set_slot_bytes(layer, slot, kb);
+                values.set_slot_bytes(layer, slot, vb);
+            }
+        }
+        Ok(())
+    }
+    // ANCHOR_END: row_image
+
     /// Copies the first `rows` positions of `src` into `dst`, in every layer: copy-on-write.
     /// Returns the bytes copied.
     pub fn copy_rows(&mut self, src: BlockId, dst: BlockId, rows: usize) -> usize {

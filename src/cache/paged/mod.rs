@@ -29,6 +29,7 @@ pub mod block_pool;
 mod invariants;
 pub mod prefix;
 pub mod retention;
+mod row_io;
 mod seq;
 
 pub use block_pool::{BlockId, BlockPool, HOLE};

@@ -271,6 +271,39 @@ impl Side {
         }
     }
 
+    /// Bytes of one slot of one layer: its codes, then its scales. Per-token schemes only.
+    pub fn slot_len(&self) -> usize {
+        let row_scales = self.kv_dim / self.scheme.group() * self.scheme.floats_per_group();
+        self.scheme.code_bytes(self.kv_dim) + row_scales * size_of::<f32>()
+    }
+
+    /// Appends slot `slot` of layer `layer` as stored (codes, then the scales' bits): one
+    /// position as a KV transfer carries it (`engine/transfer.rs`). Per-token only.
+    pub fn slot_bytes(&self, layer: usize, slot: usize, out: &mut Vec<u8>) {
+        debug_assert!(self.scheme.is_per_token());
+        let code_bytes = self.scheme.code_bytes(self.kv_dim);
+        let row_scales = self.kv_dim / self.scheme.group() * self.scheme.floats_per_group();
+        let at = layer * self.capacity + slot;
+        out.extend_from_slice(&self.codes[at * code_bytes..(at + 1) * code_bytes]);
+        let scales = &self.scales[at * row_scales..(at + 1) * row_scales];
+        out.extend(scales.iter().flat_map(|x| x.to_le_bytes()));
+    }
+
+    /// Stores what [`Side::slot_bytes`] gave (`bytes`: [`Side::slot_len`] of them) into slot
+    /// `slot` of layer `layer`: the codes and scales as they were, never quantized again.
+    pub fn set_slot_bytes(&mut self, layer: usize, slot: usize, bytes: &[u8]) {
+        debug_assert!(self.scheme.is_per_token() && bytes.len() == self.slot_len());
+        let code_bytes = self.scheme.code_bytes(self.kv_dim);
+        let row_scales = self.kv_dim / self.scheme.group() * self.scheme.floats_per_group();
+        let at = layer * self.capacity + slot;
+        let (codes, scales) = bytes.split_at(code_bytes);
+        self.codes[at * code_bytes..(at + 1) * code_bytes].copy_from_slice(codes);
+        let dst = &mut self.scales[at * row_scales..(at + 1) * row_scales];
+        for (d, b) in dst.iter_mut().zip(scales.chunks_exact(4)) {
+            *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+    }
+
     /// Forgets positions `new_len..` of a cache holding `old_len`. Per channel, a cut into a
     /// group already quantized puts its kept positions back into the residual, dequantized
     /// (the f32 originals are gone): the fake-quantized twin holds the same values there.

@@ -100,6 +100,8 @@ pub struct BenchDisaggArgs {
     #[command(flatten)]
     pub block: BlockSizeArgs,
     #[command(flatten)]
+    pub kv: KvArgs,
+    #[command(flatten)]
     pub out: JsonArgs,
 }
 
@@ -113,6 +115,7 @@ pub fn bench_disagg(args: BenchDisaggArgs) -> Result<()> {
         mix: kvlab::server::workload::PromptMix::parse(&args.prompt_mix)?,
         max_batch_tokens: args.max_batch_tokens,
         block_size: args.block.block_size,
+        kv: args.kv.policy()?,
     };
     let model = args.weights.batch_model(Arc::new(loaded.model))?;
     let report = kvlab::lab::disagg::run(model, &loaded.name, options)?;

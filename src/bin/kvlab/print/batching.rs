@@ -121,9 +121,10 @@ pub fn batching(r: &BatchingReport) {
 pub fn disagg(r: &DisaggReport) {
     let o = &r.options;
     outln!(
-        "kvlab bench-disagg — {} ({}) on {}: {} requests ({}, {} prompt + {} output tokens), Poisson {}/s, seed {}, token budget {}, blocks of {}",
+        "kvlab bench-disagg — {} ({}, --kv {}) on {}: {} requests ({}, {} prompt + {} output tokens), Poisson {}/s, seed {}, token budget {}, blocks of {}",
         r.model,
         r.weights,
+        r.kv,
         r.machine,
         o.requests,
         o.mix.kinds.iter().map(|(k, w)| format!("{}:{w}", k.name)).collect::<Vec<_>>().join(","),
@@ -161,7 +162,8 @@ pub fn disagg(r: &DisaggReport) {
         );
     }
     outln!(
-        "KV moved per prompt token: 2 x layers x kv_dim x 4 = {} bytes; {} bytes over loopback in all ({:.1} MB); same tokens in both modes: {}",
+        "KV moved per prompt token, as the pools store it (--kv {}): {} bytes; {} bytes over loopback in all ({:.1} MB); same tokens in both modes: {}",
+        r.kv,
         r.kv_bytes_per_prompt_token,
         r.disaggregated.bytes_moved,
         r.disaggregated.bytes_moved as f64 / 1e6,
