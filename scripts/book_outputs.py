@@ -145,10 +145,6 @@ def unmarked_kvlab_blocks(path: Path, lines):
 def process(path: Path, check: bool, binary: Path, stamp: str, modes: dict):
     """Regenerates or checks the marked blocks of one page. Returns the number of failures."""
     lines = path.read_text().split("\n")
-    unmarked = unmarked_kvlab_blocks(path, lines)
-    if unmarked:
-        sys.exit("error: `$ kvlab` blocks without a `<!-- kvlab-output: exact|masked|timed -->` "
-                 "line above them: " + ", ".join(unmarked))
     out, failures, i, blocks = [], 0, 0, 0
     while i < len(lines):
         match = MARK.match(lines[i])
@@ -224,6 +220,13 @@ def main():
     parser.add_argument("files", nargs="*", type=Path)
     args = parser.parse_args()
     files = [f.resolve() for f in args.files] or DEFAULT_FILES
+    # Every page is read for unmarked blocks before any command runs, so that a missing mark
+    # fails in a second instead of after the blocks of the pages before it.
+    unmarked = [p for f in files for p in unmarked_kvlab_blocks(f, f.read_text().split("\n"))]
+    if unmarked:
+        sys.exit("error: `$ kvlab` blocks without a `<!-- kvlab-output: exact|masked|timed -->` "
+                 "line above them (write the command without `$ ` if it is not meant to run): "
+                 + ", ".join(unmarked))
     binary = kvlab_binary()
     today = datetime.date.today().isoformat()
     stamp = f"{STAMP_PREFIX} on {machine()}, {today}, kvlab {commit()}.</sub>"
