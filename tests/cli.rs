@@ -325,3 +325,21 @@ fn bad_input_exits_with_a_message() {
         "CUDA",
     );
 }
+
+#[test]
+fn serve_refuses_limits_that_would_not_limit_in_one_line() {
+    // Checked before the model loads: each fails at once, naming its flag.
+    for (flag, needle) in [
+        ("--max-connections=0", "--max-connections 0 is out of range"),
+        ("--header-timeout-s=0", "--header-timeout-s 0 is not a time"),
+        ("--stream-stall-s=NaN", "--stream-stall-s NaN is not a time"),
+        ("--drain-timeout-s=-1", "--drain-timeout-s -1 is not a time"),
+        (
+            "--drain-timeout-s=inf",
+            "--drain-timeout-s inf is not a time",
+        ),
+        ("--api-key=", "--api-key (or KVLAB_API_KEY) is empty"),
+    ] {
+        fails_with(&["serve", "--model", "/nonexistent", flag], needle);
+    }
+}

@@ -3,8 +3,8 @@
 
 A server must already listen on 127.0.0.1:$KVLAB_PORT. Checks, for one chat message and one
 completion prompt, greedy: the streamed text == the whole response's text == what
-`kvlab generate` prints for the same input; usage is reported; refusals arrive as the
-client's own exception types. A few small requests: it ends by itself in seconds.
+`kvlab generate` prints for the same input; usage is reported; refusals (a wrong API
+key included: the server runs with $KVLAB_API_KEY) arrive as the client's own exception types. A few small requests: it ends by itself in seconds.
 """
 import os
 import subprocess
@@ -25,8 +25,18 @@ def kvlab_generate(*args):
     return out[:-1] if out.endswith("\n") else out
 
 
-client = OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key="unused", max_retries=0, timeout=300)
+KEY = os.environ["KVLAB_API_KEY"]
+client = OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key=KEY, max_retries=0, timeout=300)
 model = client.models.list().data[0].id
+
+# The server was started with a key: another key is the client's own AuthenticationError.
+stranger = OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key=KEY + "x", max_retries=0, timeout=30)
+try:
+    stranger.models.list()
+    raise AssertionError("a wrong API key was let in")
+except openai.AuthenticationError as e:
+    assert "incorrect API key" in str(e), e
+print("api key ok: a wrong key is AuthenticationError")
 
 # Chat: the messages go through the model's chat template, as `kvlab generate --chat`.
 question = "What is the capital of France?"

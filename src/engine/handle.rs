@@ -8,6 +8,11 @@
 //! [`RequestStream`]: an unbounded channel the loop sends the request's events into,
 //! which an async handler awaits and a test reads blocking. Dropping the stream cancels
 //! the request: the loop frees its blocks at its next iteration.
+//!
+//! An iteration that fails (an error, or a panic: a bug) must not take the server with
+//! it, nor leave submits queued for a loop that is gone. The loop fails every request it
+//! holds, drops the engine (its pool's state is unknown midway through a step), starts a
+//! fresh one on the same model, and goes on; `/metrics` counts the restarts.
 
 use super::engine::Engine;
 use super::metrics::EngineMetrics;
@@ -15,6 +20,7 @@ use super::request::{validate, EngineConfig, Event, Request, SubmitError, Valida
 use crate::batch::BatchModel;
 use crate::error::Result;
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -27,6 +33,16 @@ struct Shared {
     next_id: AtomicU64,
     model: Arc<dyn BatchModel>,
     config: EngineConfig,
+    restarts: AtomicU64,
+}
+
+/// A failure planted in the next iteration, to test the restart (tests/server_hostile.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The step returns an error.
+    Error,
+    /// The step panics.
+    Panic,
 }
 
 #[derive(Default)]
@@ -37,6 +53,7 @@ struct Inbox {
     waiting: usize,
     metrics: EngineMetrics,
     shut_down: bool,
+    fault: Option<Fault>,
 }
 
 impl Shared {
@@ -69,6 +86,7 @@ impl EngineHandle {
             next_id: AtomicU64::new(0),
             model,
             config,
+            restarts: AtomicU64::new(0),
         });
         let for_loop = shared.clone();
         std::thread::Builder::new()
@@ -106,6 +124,17 @@ impl EngineHandle {
     /// A snapshot of the counters, as of the last iteration.
     pub fn metrics(&self) -> EngineMetrics {
         self.shared.inbox().metrics.clone()
+    }
+
+    /// Times an iteration failed and the loop started a fresh engine.
+    pub fn restarts(&self) -> u64 {
+        self.shared.restarts.load(Ordering::Relaxed)
+    }
+
+    /// Makes the next iteration fail (tests only).
+    #[doc(hidden)]
+    pub fn inject_fault(&self, fault: Fault) {
+        self.shared.inbox().fault = Some(fault);
     }
 
     /// Stops the loop; pending streams get `Event::Failed`, later submits `ShutDown`.
@@ -189,12 +218,19 @@ fn run_loop(mut engine: Engine, shared: Arc<Shared>) {
             shared.inbox().metrics = engine.metrics();
             continue;
         }
-        let report = match engine.step() {
+        let fault = shared.inbox().fault.take();
+        // A panic becomes an error like any other: the loop outlives a bug in a step.
+        let stepped = catch_unwind(AssertUnwindSafe(|| step(&mut engine, fault)))
+            .unwrap_or_else(|panic| Err(crate::error::Error::Internal(panic_message(&panic))));
+        let report = match stepped {
             Ok(report) => report,
-            Err(e) => {
-                fail_all(&mut streams, &format!("the engine stopped: {e}"));
-                break;
-            }
+            Err(e) => match restart(engine, &shared, &mut streams, &e.to_string()) {
+                Some(fresh) => {
+                    engine = fresh;
+                    continue;
+                }
+                None => break,
+            },
         };
         for (id, event) in report.events {
             let done = matches!(event, Event::Finished { .. } | Event::Failed { .. });
@@ -214,6 +250,62 @@ fn run_loop(mut engine: Engine, shared: Arc<Shared>) {
     fail_all(&mut streams, "the engine has shut down");
 }
 // ANCHOR_END: engine_loop
+
+/// One iteration, or the planted fault.
+fn step(engine: &mut Engine, fault: Option<Fault>) -> Result<super::engine::StepReport> {
+    match fault {
+        Some(Fault::Panic) => panic!("a fault planted by inject_fault"),
+        Some(Fault::Error) => Err(crate::error::Error::Internal(
+            "a fault planted by inject_fault".into(),
+        )),
+        None => engine.step(),
+    }
+}
+
+// ANCHOR: restart
+/// After a failed iteration: fails every request the loop holds, drops the engine and
+/// its pool (their state midway through a step is unknown), and starts a fresh one on
+/// the same model. None when even that fails: the loop then stops, and submits are
+/// refused with `ShutDown` rather than queued for ever.
+fn restart(
+    engine: Engine,
+    shared: &Shared,
+    streams: &mut HashMap<u64, UnboundedSender<Event>>,
+    why: &str,
+) -> Option<Engine> {
+    eprintln!("kvlab engine: an iteration failed ({why}); starting again on a fresh KV pool");
+    fail_all(
+        streams,
+        &format!("the engine failed in an iteration ({why}); it started again on a fresh KV pool: send the request again"),
+    );
+    // The old pool is freed before the new one is allocated: both would not fit a budget
+    // sized to the machine.
+    drop(engine);
+    match Engine::new(shared.model.clone(), shared.config.clone()) {
+        Ok(fresh) => {
+            shared.restarts.fetch_add(1, Ordering::Relaxed);
+            // The waiting queue went with the old engine.
+            shared.inbox().waiting = 0;
+            Some(fresh)
+        }
+        Err(e) => {
+            eprintln!("kvlab engine: cannot start again ({e}): stopping");
+            None
+        }
+    }
+}
+// ANCHOR_END: restart
+
+/// The text of a panic's payload (`panic!` with a literal or a formatted message).
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("a panic: {s}")
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        format!("a panic: {s}")
+    } else {
+        "a panic".to_string()
+    }
+}
 
 fn fail_all(streams: &mut HashMap<u64, UnboundedSender<Event>>, message: &str) {
     for (_, sender) in streams.drain() {

@@ -23,7 +23,7 @@ mod sequence;
 mod transfer;
 
 pub use engine::{Engine, Role, RowsRun, StepReport};
-pub use handle::{EngineHandle, RequestStream};
+pub use handle::{EngineHandle, Fault, RequestStream};
 pub use metrics::{EngineMetrics, Histogram};
 pub use request::{
     validate, EngineConfig, Event, FinishReason, Policy, Request, SamplingParams, Speculation,

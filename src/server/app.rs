@@ -1,6 +1,7 @@
 //! What every handler shares: the engine, the tokenizer, the served model's limits, and
 //! the counters of refused requests.
 
+use super::limits::{ConnectionCounts, Limits};
 use super::metrics::ServerCounters;
 use super::openai::Endpoint;
 use super::validate::ServedModel;
@@ -23,6 +24,10 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// `max_tokens` when a request gives none.
     pub default_max_tokens: usize,
+    /// What one client may hold: connections, clocks (src/server/limits.rs).
+    pub limits: Limits,
+    /// Every route but `/health` asks for `Authorization: Bearer <key>` when set.
+    pub api_key: Option<String>,
 }
 
 impl ServerConfig {
@@ -33,6 +38,8 @@ impl ServerConfig {
             // A prompt of the whole 8192-token context is ~40 KB of text.
             max_body_bytes: 1 << 20,
             default_max_tokens: 256,
+            limits: Limits::default(),
+            api_key: None,
         }
     }
 }
@@ -63,11 +70,16 @@ pub struct App {
     pub policy: crate::engine::Policy,
     pub setup: Setup,
     pub(super) max_body_bytes: usize,
+    pub limits: Limits,
+    pub(super) api_key: Option<String>,
+    pub connections: Arc<ConnectionCounts>,
     /// Unix time the server started (`/v1/models`' `created`).
     pub(super) started: u64,
     next_response: AtomicU64,
     pub(super) rejected_queue_full: AtomicU64,
     pub(super) rejected_invalid: AtomicU64,
+    pub(super) rejected_unauthorized: AtomicU64,
+    pub(super) streams_stalled: AtomicU64,
 }
 
 impl App {
@@ -112,10 +124,15 @@ impl App {
             policy,
             setup,
             max_body_bytes: config.max_body_bytes,
+            limits: config.limits,
+            api_key: config.api_key,
+            connections: Arc::new(ConnectionCounts::default()),
             started: unix_time(),
             next_response: AtomicU64::new(0),
             rejected_queue_full: AtomicU64::new(0),
             rejected_invalid: AtomicU64::new(0),
+            rejected_unauthorized: AtomicU64::new(0),
+            streams_stalled: AtomicU64::new(0),
         }))
     }
 
@@ -140,6 +157,12 @@ impl App {
         ServerCounters {
             rejected_queue_full: self.rejected_queue_full.load(Ordering::Relaxed),
             rejected_invalid: self.rejected_invalid.load(Ordering::Relaxed),
+            rejected_unauthorized: self.rejected_unauthorized.load(Ordering::Relaxed),
+            streams_stalled: self.streams_stalled.load(Ordering::Relaxed),
+            connections_open: self.connections.open(),
+            connections_peak: self.connections.peak(),
+            connections_accepted: self.connections.accepted(),
+            engine_restarts: self.engine.restarts(),
         }
     }
 }

@@ -67,6 +67,24 @@ impl ApiError {
         }
     }
 
+    /// 401: no `Authorization: Bearer <key>` header, or another key (OpenAI's answer and
+    /// code for a wrong key, so its clients raise `AuthenticationError`).
+    pub fn unauthorized(sent_one: bool) -> ApiError {
+        let message = if sent_one {
+            "incorrect API key: send the key `kvlab serve` was started with (--api-key or KVLAB_API_KEY)"
+        } else {
+            "no API key: send the header `Authorization: Bearer <key>` with the key `kvlab serve` was started with"
+        };
+        ApiError {
+            code: Some("invalid_api_key"),
+            ..ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                message.to_string(),
+            )
+        }
+    }
+
     /// 500: the engine failed while running the request.
     pub fn engine_failed(message: String) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
@@ -130,6 +148,12 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            // RFC 6750 §3: a 401 names the scheme the client should use.
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         if let Some(seconds) = self.retry_after_s {
             response
                 .headers_mut()

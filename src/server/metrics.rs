@@ -15,13 +15,32 @@ pub struct ServerCounters {
     pub rejected_queue_full: u64,
     /// Other 4xx answers to generation requests.
     pub rejected_invalid: u64,
+    /// 401s: no API key, or another one.
+    pub rejected_unauthorized: u64,
+    /// Streamed answers cancelled because their client read nothing for `stream_stall`.
+    pub streams_stalled: u64,
+    pub connections_open: u64,
+    pub connections_peak: u64,
+    pub connections_accepted: u64,
+    /// Times the engine failed in an iteration and started again on a fresh pool.
+    pub engine_restarts: u64,
 }
 
 // ANCHOR: render
 /// The metrics page.
 pub fn render(m: &EngineMetrics, server: ServerCounters) -> String {
     let mut out = String::new();
-    let gauges: [(&str, &str, f64); 5] = [
+    let gauges: [(&str, &str, f64); 7] = [
+        (
+            "kvlab_connections_open",
+            "HTTP connections open now.",
+            server.connections_open as f64,
+        ),
+        (
+            "kvlab_connections_peak",
+            "The most HTTP connections open at once since the start.",
+            server.connections_peak as f64,
+        ),
         (
             "kvlab_requests_running",
             "Requests in the running batch.",
@@ -51,7 +70,27 @@ pub fn render(m: &EngineMetrics, server: ServerCounters) -> String {
     for (name, help, value) in gauges {
         metric(&mut out, name, help, "gauge", value);
     }
-    let counters: [(&str, &str, u64); 11] = [
+    let counters: [(&str, &str, u64); 15] = [
+        (
+            "kvlab_connections_accepted_total",
+            "HTTP connections accepted.",
+            server.connections_accepted,
+        ),
+        (
+            "kvlab_requests_rejected_unauthorized_total",
+            "Requests refused with 401 (no API key, or another).",
+            server.rejected_unauthorized,
+        ),
+        (
+            "kvlab_streams_stalled_total",
+            "Streamed answers cancelled: the client read nothing for --stream-stall-s.",
+            server.streams_stalled,
+        ),
+        (
+            "kvlab_engine_restarts_total",
+            "Times the engine failed in an iteration and started again on a fresh KV pool.",
+            server.engine_restarts,
+        ),
         (
             "kvlab_requests_finished_total",
             "Requests that ran to the end.",
@@ -169,7 +208,7 @@ mod tests {
             &m,
             ServerCounters {
                 rejected_queue_full: 2,
-                rejected_invalid: 0,
+                ..Default::default()
             },
         );
         assert_eq!(read_value(&page, "kvlab_kv_blocks_used"), Some(3.0));

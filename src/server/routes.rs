@@ -17,14 +17,38 @@ use super::openai::{
 use super::sse::{self, Chunks};
 use super::validate::{self, Prepared};
 use axum::extract::rejection::JsonRejection;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::routing::{get, post};
+use axum::{middleware, Json, Router};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 type Body<T> = Result<Json<T>, JsonRejection>;
+
+// ANCHOR: router
+/// Every route, with OpenAI-style errors for unknown paths, wrong methods and bodies
+/// over the limit, behind the API key when the server has one.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(super::error::not_found)
+        .method_not_allowed_fallback(super::error::method_not_allowed)
+        .layer(DefaultBodyLimit::max(app.max_body_bytes))
+        // Outermost, so that an unknown path without the key is a 401, not a 404 that
+        // tells a stranger which routes exist.
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            super::guard::require_key,
+        ))
+        .with_state(app)
+}
+// ANCHOR_END: router
 
 // ANCHOR: chat_route
 /// `POST /v1/chat/completions`.

@@ -6,7 +6,9 @@
 //! hyper drops the body, the channel closes, the task sees it (`tx.closed()`) and returns,
 //! and dropping its [`RequestStream`](crate::engine::RequestStream) cancels the request:
 //! the engine frees its KV blocks at its next iteration. Nothing waits for a reader that
-//! will never come.
+//! will never come. Nor for one that stays but never reads: once the socket's buffers
+//! and the channel are full, a send waits; after `--stream-stall-s` the task gives up
+//! and returns, which cancels the request the same way.
 
 use super::app::App;
 use super::generation::{Generation, Piece};
@@ -117,7 +119,7 @@ pub fn respond(
         let mut generation = Generation::new(stream, &app.tokenizer, stops, prompt_tokens);
         if chunks.endpoint == Endpoint::Chat {
             let first = chunks.chunk(true, Some(String::new()), None);
-            if tx.send(first).await.is_err() {
+            if !send(&app, &tx, first).await {
                 return;
             }
         }
@@ -153,12 +155,12 @@ pub fn respond(
                 }
             };
             for event in events {
-                if tx.send(event).await.is_err() {
+                if !send(&app, &tx, event).await {
                     return;
                 }
             }
         }
-        let _ = tx.send(Event::default().data("[DONE]")).await;
+        send(&app, &tx, Event::default().data("[DONE]")).await;
     });
     let body = ReceiverStream::new(rx).map(Ok::<Event, Infallible>);
     // A comment line every 10 s: proxies keep the connection, and a client that left
@@ -168,3 +170,19 @@ pub fn respond(
         .into_response()
 }
 // ANCHOR_END: stream
+
+/// Sends one event; false when the client has gone, or has read nothing for
+/// `stream_stall` (a client that stops reading would otherwise hold its request's KV
+/// blocks for as long as it keeps the connection open).
+async fn send(app: &App, tx: &tokio::sync::mpsc::Sender<Event>, event: Event) -> bool {
+    use tokio::sync::mpsc::error::SendTimeoutError;
+    match tx.send_timeout(event, app.limits.stream_stall).await {
+        Ok(()) => true,
+        Err(SendTimeoutError::Closed(_)) => false,
+        Err(SendTimeoutError::Timeout(_)) => {
+            app.streams_stalled
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            false
+        }
+    }
+}

@@ -27,6 +27,17 @@ pub fn at_least(flag: &str, value: usize, min: usize) -> Result<()> {
     )))
 }
 
+/// A duration in seconds (given as `flag`): finite, above 0, at most a day; as a
+/// `Duration` (`Duration::from_secs_f64` panics on NaN, infinity or a negative value).
+pub fn seconds(flag: &str, value: f64) -> Result<std::time::Duration> {
+    if value.is_finite() && value > 0.0 && value <= 86_400.0 {
+        return Ok(std::time::Duration::from_secs_f64(value));
+    }
+    Err(Error::InvalidArgument(format!(
+        "{flag} {value} is not a time the server can keep: give {flag} in seconds, above 0 and at most 86400"
+    )))
+}
+
 /// The sum of several flags' values, or an error naming them all when it overflows.
 pub fn sum(parts: &[(&str, usize)]) -> Result<usize> {
     parts

@@ -3,7 +3,7 @@
 //! generator live in the library (`kvlab::server`).
 
 use crate::args::{BlockSizeArgs, DtypeArgs, KvArgs, SpecArgs, DEFAULT_MODEL};
-use crate::checks::{at_least, in_range};
+use crate::checks::{at_least, in_range, seconds};
 use crate::print;
 use clap::{Args, ValueEnum};
 use kvlab::engine::{EngineConfig, Policy};
@@ -11,7 +11,7 @@ use kvlab::error::{Error, Result};
 use kvlab::loader;
 use kvlab::server::loadtest::{self, LoadtestConfig};
 use kvlab::server::workload::PromptMix;
-use kvlab::server::{App, ServerConfig};
+use kvlab::server::{App, Limits, ServerConfig};
 use kvlab::tokenizer::Tokenizer;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -47,6 +47,22 @@ pub struct ServeArgs {
     /// max_tokens for a request that gives none.
     #[arg(long, default_value_t = 256)]
     pub default_max_tokens: usize,
+    /// Every route but /health asks for `Authorization: Bearer <key>` (OpenAI's clients
+    /// send their api_key so). Read from KVLAB_API_KEY when not given: a flag shows in `ps`.
+    #[arg(long, env = "KVLAB_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Connections served at once; more wait in the kernel's accept queue.
+    #[arg(long, default_value_t = Limits::default().max_connections)]
+    pub max_connections: usize,
+    /// Seconds a client has to send its request line and headers.
+    #[arg(long, default_value_t = Limits::default().header_timeout.as_secs_f64())]
+    pub header_timeout_s: f64,
+    /// Seconds a streamed answer waits for a client that reads nothing, then is cancelled.
+    #[arg(long, default_value_t = Limits::default().stream_stall.as_secs_f64())]
+    pub stream_stall_s: f64,
+    /// On SIGTERM or Ctrl-C, seconds the answers under way get to finish.
+    #[arg(long, default_value_t = Limits::default().drain_timeout.as_secs_f64())]
+    pub drain_timeout_s: f64,
     /// Do not reuse the KV blocks of prompt prefixes seen before.
     #[arg(long)]
     pub no_prefix_caching: bool,
@@ -96,6 +112,25 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     at_least("--max-batch-tokens", args.max_batch_tokens, 1)?;
     at_least("--max-waiting", args.max_waiting, 1)?;
     at_least("--default-max-tokens", args.default_max_tokens, 1)?;
+    in_range(
+        "--max-connections",
+        args.max_connections,
+        1,
+        100_000,
+        "each one is a socket and a task",
+    )?;
+    let limits = Limits {
+        max_connections: args.max_connections,
+        header_timeout: seconds("--header-timeout-s", args.header_timeout_s)?,
+        stream_stall: seconds("--stream-stall-s", args.stream_stall_s)?,
+        drain_timeout: seconds("--drain-timeout-s", args.drain_timeout_s)?,
+        ..Limits::default()
+    };
+    if args.api_key.as_deref() == Some("") {
+        return Err(Error::InvalidArgument(
+            "--api-key (or KVLAB_API_KEY) is empty: give a key, or leave both unset to serve without one".into(),
+        ));
+    }
     if !args.model.is_dir() {
         return Err(loader::not_a_folder(&args.model));
     }
@@ -124,6 +159,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     };
     config.max_body_bytes = args.max_body_bytes;
     config.default_max_tokens = args.default_max_tokens;
+    config.limits = limits;
+    config.api_key = args.api_key.clone();
     let policy = config.engine.policy;
     let pool = format!(
         "weights {}, --kv {} in blocks of {}",
@@ -134,11 +171,17 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let app = App::new(model, tokenizer, config)?;
     runtime()?.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
-        let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| {
+        let cannot = |e: &dyn std::fmt::Display| {
             Error::InvalidArgument(format!(
                 "cannot listen on {addr}: {e}: pick another --port or --host"
             ))
-        })?;
+        };
+        let resolved = tokio::net::lookup_host(&addr)
+            .await
+            .map_err(|e| cannot(&e))?
+            .next()
+            .ok_or_else(|| cannot(&"the host has no address"))?;
+        let listener = kvlab::server::bind(resolved, &limits).map_err(|e| cannot(&e))?;
         let local = listener
             .local_addr()
             .map_err(|e| Error::io("the listening socket", e))?;
@@ -146,9 +189,23 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             "kvlab serve: `{name}` on http://{local}/v1 (policy {}, {pool}), Ctrl-C to stop",
             policy.name()
         );
-        kvlab::server::serve(listener, app, shutdown_signal())
+        if args.api_key.is_none() && !local.ip().is_loopback() {
+            eprintln!("kvlab serve: warning: listening on {local} without --api-key: anyone who can reach it can use it");
+        }
+        let drained = kvlab::server::serve(listener, app, shutdown_signal())
             .await
-            .map_err(|e| Error::io("the server socket", e))
+            .map_err(|e| Error::io("the server socket", e))?;
+        eprintln!(
+            "kvlab serve: stopped: {} connection(s) drained in {:.1} s{}",
+            drained.connections,
+            drained.seconds,
+            if drained.cancelled {
+                " (the drain timeout cancelled the answers still running)"
+            } else {
+                ""
+            }
+        );
+        Ok(())
     })
 }
 

@@ -1,0 +1,430 @@
+//! `kvlab serve` against clients that are slow, broken or hostile, and against its own
+//! failures (book: serving-http.md, "Running kvlab serve safely").
+//!
+//! What must hold: a client that never finishes its request head is cut off at the head
+//! timeout; connections over `max_connections` wait in the kernel's queue and are served
+//! when a slot frees; a head over the size limit is a 431; a streamed answer whose client
+//! stops reading is cancelled and its KV blocks freed; an engine iteration that errs or
+//! panics fails its requests with a 500 and the next request is served; a shutdown lets
+//! answers under way finish (and cuts them at the drain timeout); and with a key, every
+//! route but /health answers 401 to a request without it.
+
+mod common;
+
+use common::{real_model_present, MODEL_DIR};
+use kvlab::engine::{EngineConfig, Fault};
+use kvlab::server::metrics::read_value;
+use kvlab::server::{App, Drained, Limits, ServerConfig};
+use kvlab::tokenizer::Tokenizer;
+use kvlab::{loader, Model};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::task::JoinHandle;
+
+fn model() -> Arc<Model> {
+    static MODEL: OnceLock<Arc<Model>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            Arc::new(loader::load_model(Path::new(MODEL_DIR)).expect("the model loads"))
+        })
+        .clone()
+}
+
+/// A server on a free loopback port with `limits` and `api_key`.
+struct Server {
+    addr: SocketAddr,
+    app: Arc<App>,
+    client: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: JoinHandle<std::io::Result<Drained>>,
+}
+
+impl Server {
+    async fn start(limits: Limits, api_key: Option<&str>) -> Server {
+        let tokenizer = Tokenizer::from_dir(Path::new(MODEL_DIR)).expect("the tokenizer loads");
+        let config = ServerConfig {
+            engine: EngineConfig::default(),
+            limits,
+            api_key: api_key.map(str::to_string),
+            ..ServerConfig::new("smollm2")
+        };
+        let app = App::new(model(), tokenizer, config).expect("the engine starts");
+        let listener =
+            kvlab::server::bind("127.0.0.1:0".parse().unwrap(), &limits).expect("a free port");
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(kvlab::server::serve(listener, app.clone(), async move {
+            let _ = stopped.await;
+        }));
+        Server {
+            addr,
+            app,
+            client: reqwest::Client::new(),
+            stop: Some(stop),
+            served,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn get(
+        &self,
+        path: &str,
+        key: Option<&str>,
+    ) -> (u16, reqwest::header::HeaderMap, String) {
+        let mut request = self.client.get(self.url(path));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.expect("the server answers");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        (status, headers, response.text().await.unwrap())
+    }
+
+    async fn chat(&self, body: Value, key: Option<&str>) -> (u16, Value) {
+        let mut request = self
+            .client
+            .post(self.url("/v1/chat/completions"))
+            .json(&body);
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.expect("the server answers");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON body"))
+    }
+
+    async fn metric(&self, name: &str) -> f64 {
+        let (_, _, page) = self.get("/metrics", None).await;
+        read_value(&page, name).unwrap_or_else(|| panic!("{name} missing from /metrics"))
+    }
+
+    /// Waits (up to 60 s) until `/metrics` shows `name` at `value`.
+    async fn wait_for_metric(&self, name: &str, value: f64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let now = self.metric(name).await;
+            if now == value {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} is {now}, expected {value}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends the shutdown and waits for the drain.
+    async fn stop(mut self) -> Drained {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(60), self.served)
+            .await
+            .expect("the server stops")
+            .unwrap()
+            .expect("no socket error")
+    }
+}
+
+fn question(max_tokens: usize, stream: bool) -> Value {
+    json!({
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "Tell me about the history of Paris."}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    })
+}
+
+/// Reads until the server closes the connection; how long that took, or None after `limit`.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(limit, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return start.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+/// A connection with a 4 KiB receive window, so that a client that stops reading stops
+/// the server's writes after a few kilobytes, not after the kernel's megabytes.
+async fn connect_small_window(addr: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+/// A streamed chat request written by hand, on `stream`, never read.
+async fn send_streamed_request(stream: &mut TcpStream, max_tokens: usize) {
+    let body = question(max_tokens, true).to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_loris_is_cut_off_at_the_header_timeout() {
+    if !real_model_present() {
+        return;
+    }
+    let limits = Limits {
+        header_timeout: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let server = Server::start(limits, None).await;
+    let mut loris = TcpStream::connect(server.addr).await.unwrap();
+    loris.write_all(b"GET /health HTTP/1.1\r\n").await.unwrap();
+    // One header line every 100 ms: always sending, never done.
+    let (mut reader, mut writer) = loris.into_split();
+    let drip = tokio::spawn(async move {
+        for i in 0..100 {
+            if writer
+                .write_all(format!("x-{i}: y\r\n").as_bytes())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let start = Instant::now();
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    drip.abort();
+    assert!(
+        closed.is_ok(),
+        "a client still sending its head after 5 s is still connected"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(400),
+        "cut off before the timeout"
+    );
+    // The server goes on serving.
+    assert_eq!(server.get("/health", None).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_cap_wait_until_a_slot_frees() {
+    if !real_model_present() {
+        return;
+    }
+    let limits = Limits {
+        max_connections: 8,
+        ..Limits::default()
+    };
+    let server = Server::start(limits, None).await;
+    // 100 idle clients: 8 hold the slots, 92 wait in the kernel's queue.
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(TcpStream::connect(server.addr).await.unwrap());
+    }
+    let waiting = tokio::time::timeout(
+        Duration::from_millis(500),
+        server.client.get(server.url("/health")).send(),
+    )
+    .await;
+    assert!(
+        waiting.is_err(),
+        "a 101st client was served while 8 idle ones held every slot"
+    );
+    drop(idle);
+    let (status, _, _) = server.get("/health", None).await;
+    assert_eq!(status, 200, "served once the idle clients left");
+    assert!(server.metric("kvlab_connections_peak").await <= 8.0);
+    assert!(server.metric("kvlab_connections_accepted_total").await >= 9.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_over_the_limit_is_431() {
+    if !real_model_present() {
+        return;
+    }
+    let server = Server::start(Limits::default(), None).await;
+    // hyper refuses a head once it has buffered max_header_bytes (32 KiB) without finding
+    // its end; it reads in growing chunks, so a head a little over the limit may pass.
+    let huge = "a".repeat(128 * 1024);
+    let response = server
+        .client
+        .get(server.url("/health"))
+        .header("x-huge", huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 431);
+    assert_eq!(server.get("/health", None).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_nobody_reads_is_cancelled_and_frees_its_blocks() {
+    if !real_model_present() {
+        return;
+    }
+    let limits = Limits {
+        send_buffer_bytes: 4096,
+        stream_stall: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = Server::start(limits, None).await;
+    let mut silent = connect_small_window(server.addr).await;
+    send_streamed_request(&mut silent, 4000).await;
+    // The client keeps its connection open and reads nothing: only the stall clock can
+    // end the request.
+    server
+        .wait_for_metric("kvlab_streams_stalled_total", 1.0)
+        .await;
+    server.wait_for_metric("kvlab_kv_blocks_used", 0.0).await;
+    assert_eq!(server.metric("kvlab_requests_running").await, 0.0);
+    drop(silent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_iteration_fails_its_requests_and_the_engine_starts_again() {
+    if !real_model_present() {
+        return;
+    }
+    let server = Server::start(Limits::default(), None).await;
+    for (n, fault) in [Fault::Error, Fault::Panic].into_iter().enumerate() {
+        server.app.engine.inject_fault(fault);
+        let (status, body) = server.chat(question(8, false), None).await;
+        assert_eq!(status, 500, "{fault:?}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("started again"), "{fault:?}: {message}");
+        let (status, body) = server.chat(question(8, false), None).await;
+        assert_eq!(status, 200, "{fault:?}: the next request is served: {body}");
+        assert_eq!(
+            server.metric("kvlab_engine_restarts_total").await,
+            (n + 1) as f64
+        );
+    }
+    server.wait_for_metric("kvlab_kv_blocks_used", 0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_lets_answers_finish_and_cuts_them_at_the_drain_timeout() {
+    if !real_model_present() {
+        return;
+    }
+    // An answer under way finishes: the client gets all of it.
+    let server = Server::start(Limits::default(), None).await;
+    let running = {
+        let (client, url) = (server.client.clone(), server.url("/v1/chat/completions"));
+        tokio::spawn(async move {
+            let response = client
+                .post(url)
+                .json(&question(24, false))
+                .send()
+                .await
+                .unwrap();
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.unwrap(),
+            )
+        })
+    };
+    server.wait_for_metric("kvlab_requests_running", 1.0).await;
+    let drained = server.stop().await;
+    let (status, body) = running.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(!drained.cancelled);
+    assert!(drained.connections >= 1);
+
+    // A client that never reads cannot hold the shutdown past the drain timeout.
+    let limits = Limits {
+        send_buffer_bytes: 4096,
+        drain_timeout: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let server = Server::start(limits, None).await;
+    let mut silent = connect_small_window(server.addr).await;
+    send_streamed_request(&mut silent, 4000).await;
+    // 300 tokens are ~45 KB of events: far more than the socket buffers and the channel
+    // hold, so the answer is stuck on the client, not waiting for the engine.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while server.metric("kvlab_generation_tokens_total").await < 300.0 {
+        assert!(Instant::now() < deadline, "300 tokens took over 120 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let app = server.app.clone();
+    let start = Instant::now();
+    let drained = server.stop().await;
+    assert!(
+        drained.cancelled,
+        "the drain waited for a client that never reads"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // The cut closed the connection: the client, still not reading, holds nothing.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while app.connections.open() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "a connection outlived the drain timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(closed_within(&mut silent, Duration::from_secs(5))
+        .await
+        .is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_key_every_route_but_health_answers_401_without_it() {
+    if !real_model_present() {
+        return;
+    }
+    let key = "sk-kvlab-test-7f3a";
+    let server = Server::start(Limits::default(), Some(key)).await;
+    for path in ["/v1/models", "/metrics", "/no/such/route"] {
+        let (status, headers, body) = server.get(path, None).await;
+        assert_eq!(status, 401, "{path} without a key: {body}");
+        assert_eq!(headers["www-authenticate"], "Bearer");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["code"], "invalid_api_key");
+        assert!(body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no API key"));
+        let (status, _, body) = server.get(path, Some("sk-kvlab-test-7f3b")).await;
+        assert_eq!(status, 401, "{path} with another key");
+        assert!(body.contains("incorrect API key"));
+    }
+    let (status, _) = server.chat(question(4, false), None).await;
+    assert_eq!(status, 401);
+    let (status, body) = server.chat(question(4, false), Some(key)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.get("/v1/models", Some(key)).await.0, 200);
+    assert_eq!(
+        server.get("/health", None).await.0,
+        200,
+        "the probe needs no key"
+    );
+    let (_, _, page) = server.get("/metrics", Some(key)).await;
+    assert_eq!(
+        read_value(&page, "kvlab_requests_rejected_unauthorized_total"),
+        Some(7.0)
+    );
+}
