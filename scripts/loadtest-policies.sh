@@ -16,6 +16,7 @@
 # on an otherwise idle machine: anything else running shows up in the latencies.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/serve-lib.sh
 
 KVLAB=${KVLAB:-target/release/kvlab}
 MODEL=${MODEL:-models/smollm2-135m-instruct}
@@ -50,19 +51,11 @@ run_one() {
     local name=$1 policy=$2
     shift 2
     local port
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     local serve=(serve --model "$MODEL" --port "$port" --policy "$policy" --max-batch-tokens "$BATCH_TOKENS" "$@")
     "$KVLAB" "${serve[@]}" 2> "$LOG" &
     SERVER=$!
-    for _ in $(seq 300); do
-        python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=1)" 2>/dev/null && break
-        if ! kill -0 "$SERVER" 2>/dev/null; then
-            echo "kvlab serve exited:" >&2
-            cat "$LOG" >&2
-            exit 1
-        fi
-        sleep 1
-    done
+    wait_for_health "$SERVER" "$port" "$LOG"
     local load=(loadtest --url "http://127.0.0.1:$port" --requests "${RUN_REQUESTS:-$REQUESTS}" --rate "${RUN_RATE:-$RATE}" --seed "$SEED" --prompt-mix "${RUN_MIX:-$MIX}" --json)
     echo "+ kvlab ${serve[*]}"
     echo "+ kvlab ${load[*]}"

@@ -22,7 +22,8 @@ if ! .venv-openai/bin/python -c "import openai, sys; sys.exit(openai.__version__
 fi
 [[ -x $KVLAB ]] || cargo build --release
 
-PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+source scripts/serve-lib.sh
+PORT=$(free_port)
 LOG=$(mktemp)
 KVLAB_API_KEY=sk-kvlab-$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 export KVLAB_API_KEY
@@ -30,17 +31,7 @@ export KVLAB_API_KEY
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -f "$LOG"' EXIT
 
-for _ in $(seq 300); do
-    if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health', timeout=1)" 2>/dev/null; then
-        break
-    fi
-    if ! kill -0 "$SERVER" 2>/dev/null; then
-        echo "kvlab serve exited:" >&2
-        cat "$LOG" >&2
-        exit 1
-    fi
-    sleep 1
-done
+wait_for_health "$SERVER" "$PORT" "$LOG"
 
 KVLAB_PORT=$PORT KVLAB_BIN=$KVLAB timeout 600 .venv-openai/bin/python tests/openai_client.py
 

@@ -333,6 +333,10 @@ fn serve_refuses_limits_that_would_not_limit_in_one_line() {
         ("--max-connections=0", "--max-connections 0 is out of range"),
         ("--header-timeout-s=0", "--header-timeout-s 0 is not a time"),
         ("--stream-stall-s=NaN", "--stream-stall-s NaN is not a time"),
+        (
+            "--body-timeout-s=100000",
+            "--body-timeout-s 100000 is not a time",
+        ),
         ("--drain-timeout-s=-1", "--drain-timeout-s -1 is not a time"),
         (
             "--drain-timeout-s=inf",

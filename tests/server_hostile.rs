@@ -2,7 +2,7 @@
 //! failures (book: serving-http.md, "Running kvlab serve safely").
 //!
 //! What must hold: a client that never finishes its request head is cut off at the head
-//! timeout; connections over `max_connections` wait in the kernel's queue and are served
+//! timeout, and one that trickles its body in is answered 408 at the body timeout; connections over `max_connections` wait in the kernel's queue and are served
 //! when a slot frees; a head over the size limit is a 431; a streamed answer whose client
 //! stops reading is cancelled and its KV blocks freed; an engine iteration that errs or
 //! panics fails its requests with a 500 and the next request is served; a shutdown lets
@@ -226,6 +226,58 @@ async fn a_slow_loris_is_cut_off_at_the_header_timeout() {
     );
     // The server goes on serving.
     assert_eq!(server.get("/health", None).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_trickles_in_is_408_at_the_body_timeout() {
+    if !real_model_present() {
+        return;
+    }
+    let limits = Limits {
+        body_timeout: Duration::from_millis(500),
+        ..Limits::default()
+    };
+    let server = Server::start(limits, None).await;
+    let body = question(4, false).to_string();
+    let mut slow = TcpStream::connect(server.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let start = Instant::now();
+    let (mut reader, mut writer) = slow.into_split();
+    // One byte every 100 ms: the whole body would take seconds.
+    let drip = tokio::spawn(async move {
+        for byte in body.into_bytes() {
+            if writer.write_all(&[byte]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut buf = [0u8; 4096];
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            match reader.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    drip.abort();
+    assert!(read.is_ok(), "no answer 5 s into a trickling body");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(start.elapsed() >= Duration::from_millis(400));
+    assert_eq!(
+        server.metric("kvlab_request_bodies_timed_out_total").await,
+        1.0
+    );
+    // A body sent at once is served.
+    assert_eq!(server.chat(question(4, false), None).await.0, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,6 +80,7 @@ pub struct App {
     pub(super) rejected_invalid: AtomicU64,
     pub(super) rejected_unauthorized: AtomicU64,
     pub(super) streams_stalled: AtomicU64,
+    pub(super) bodies_timed_out: AtomicU64,
 }
 
 impl App {
@@ -133,6 +134,7 @@ impl App {
             rejected_invalid: AtomicU64::new(0),
             rejected_unauthorized: AtomicU64::new(0),
             streams_stalled: AtomicU64::new(0),
+            bodies_timed_out: AtomicU64::new(0),
         }))
     }
 
@@ -159,6 +161,7 @@ impl App {
             rejected_invalid: self.rejected_invalid.load(Ordering::Relaxed),
             rejected_unauthorized: self.rejected_unauthorized.load(Ordering::Relaxed),
             streams_stalled: self.streams_stalled.load(Ordering::Relaxed),
+            bodies_timed_out: self.bodies_timed_out.load(Ordering::Relaxed),
             connections_open: self.connections.open(),
             connections_peak: self.connections.peak(),
             connections_accepted: self.connections.accepted(),

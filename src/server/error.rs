@@ -12,6 +12,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use utoipa::IntoResponses;
 
 /// One refused request: its status and the four fields of the error body.
 #[derive(Debug)]
@@ -85,6 +86,33 @@ impl ApiError {
         }
     }
 
+    /// 408: the body did not arrive whole within `--body-timeout-s`.
+    pub fn body_timeout(seconds: f64) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!("the request body did not arrive within {seconds} s (kvlab serve --body-timeout-s): send it at once"),
+        )
+    }
+
+    /// 413: the body is over `--max-body-bytes`.
+    pub fn body_too_large() -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            TOO_LARGE.to_string(),
+        )
+    }
+
+    /// 400: the body could not be read (the client broke its chunked encoding, or left).
+    pub fn body_unreadable(why: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("the request body could not be read ({why}): send it again"),
+        )
+    }
+
     /// 500: the engine failed while running the request.
     pub fn engine_failed(message: String) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
@@ -118,6 +146,9 @@ impl From<SubmitError> for ApiError {
     }
 }
 
+/// The 413's message, from axum's limit or the body clock's (src/server/guard.rs).
+const TOO_LARGE: &str = "the request body is larger than this server accepts (kvlab serve --max-body-bytes): send a shorter prompt";
+
 // ANCHOR: json_rejection
 /// axum's rejections of a JSON body, in OpenAI's shape. A wrong type or a missing field
 /// is 422 in axum and 400 in OpenAI's API: clients expect 400.
@@ -128,9 +159,15 @@ impl From<JsonRejection> for ApiError {
             other => other,
         };
         let message = match status {
-            StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than this server accepts (kvlab serve --max-body-bytes): send a shorter prompt".to_string(),
-            StatusCode::UNSUPPORTED_MEDIA_TYPE => "the body must be JSON: send the header `Content-Type: application/json`".to_string(),
-            _ => format!("{}: send one JSON object with the fields of the OpenAI API", rejection.body_text()),
+            StatusCode::PAYLOAD_TOO_LARGE => TOO_LARGE.to_string(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                "the body must be JSON: send the header `Content-Type: application/json`"
+                    .to_string()
+            }
+            _ => format!(
+                "{}: send one JSON object with the fields of the OpenAI API",
+                rejection.body_text()
+            ),
         };
         ApiError::new(status, "invalid_request_error", message)
     }
@@ -168,7 +205,7 @@ pub async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "invalid_request_error",
-        format!("no route {uri}: the server has POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health and GET /metrics"),
+        format!("no route {uri}: the server has POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /metrics and GET /openapi.json"),
     )
 }
 
@@ -181,4 +218,47 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
             "{method} is not allowed on {uri}: the /v1 generation routes take POST, the others GET"
         ),
     )
+}
+
+// ANCHOR: refusals
+/// What any generation request may get instead of an answer: each status in OpenAI's
+/// error body (`error.message` says what to change).
+#[derive(IntoResponses)]
+pub enum Refusals {
+    /// Broken JSON, a wrong type, a setting kvlab cannot honour, a prompt over the context.
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// No API key, or another one (the server runs with `--api-key`).
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// A model this server does not serve.
+    #[response(status = 404)]
+    UnknownModel(ErrorBody),
+    /// The body did not arrive within `--body-timeout-s`.
+    #[response(status = 408)]
+    BodyTimeout(ErrorBody),
+    /// The body is over `--max-body-bytes`.
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// The body is not `application/json`.
+    #[response(status = 415)]
+    NotJson(ErrorBody),
+    /// The waiting queue is full (`--max-waiting`): retry after `Retry-After` seconds.
+    #[response(status = 429)]
+    QueueFull(ErrorBody),
+    /// The engine failed while running the request (it starts again on a fresh pool).
+    #[response(status = 500)]
+    EngineFailed(ErrorBody),
+    /// The engine has stopped (the server is shutting down).
+    #[response(status = 503)]
+    ShutDown(ErrorBody),
+}
+// ANCHOR_END: refusals
+
+/// What a route without a body may get instead of an answer.
+#[derive(IntoResponses)]
+pub enum KeyRefusal {
+    /// No API key, or another one (the server runs with `--api-key`).
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
 }

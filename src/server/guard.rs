@@ -1,6 +1,7 @@
-//! The API key: every route but `GET /health` asks for it when the server has one (book:
-//! serving-http.md, "Running kvlab serve safely").
+//! What a request must show before a route sees it (book: serving-http.md, "Running kvlab
+//! serve safely"): the API key, and a body that arrives whole, in time.
 //!
+//! The key: every route but `GET /health` asks for it when the server has one.
 //! OpenAI's clients send `Authorization: Bearer <key>` (RFC 6750). A plain `==` on the
 //! key returns at the first byte that differs, so the time a refusal takes tells an
 //! attacker how many leading bytes were right, and the key can be guessed byte by byte;
@@ -8,10 +9,12 @@
 
 use super::app::App;
 use super::error::ApiError;
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use subtle::ConstantTimeEq;
@@ -40,6 +43,34 @@ pub async fn require_key(State(app): State<Arc<App>>, request: Request, next: Ne
     }
 }
 // ANCHOR_END: require_key
+
+// ANCHOR: body_in_time
+/// Reads the whole body within `body_timeout` and under `max_body_bytes`, then hands it to
+/// the route. hyper's head timeout ends where the body starts: without this clock a
+/// client that sends its body a byte a minute holds its connection as long as it likes.
+pub async fn body_in_time(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let limited = Limited::new(body, app.max_body_bytes);
+    let bytes = match tokio::time::timeout(app.limits.body_timeout, limited.collect()).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) => {
+            app.rejected_invalid.fetch_add(1, Ordering::Relaxed);
+            return match e.is::<LengthLimitError>() {
+                true => ApiError::body_too_large(),
+                false => ApiError::body_unreadable(&e.to_string()),
+            }
+            .into_response();
+        }
+        Err(_) => {
+            app.bodies_timed_out.fetch_add(1, Ordering::Relaxed);
+            let seconds = app.limits.body_timeout.as_secs_f64();
+            return ApiError::body_timeout(seconds).into_response();
+        }
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+// ANCHOR_END: body_in_time
 
 /// `sent == key`, in a time that depends on the lengths only.
 fn keys_equal(sent: &str, key: &str) -> bool {

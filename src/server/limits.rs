@@ -18,6 +18,9 @@ pub struct Limits {
     /// A client must send its whole request head within this (`--header-timeout-s`):
     /// a slow-loris client, one header byte every few seconds, is cut off.
     pub header_timeout: Duration,
+    /// The body must arrive whole within this (`--body-timeout-s`): a client that sends
+    /// its body a byte at a time is answered 408.
+    pub body_timeout: Duration,
     /// The request line and headers together: hyper answers 431 once it has buffered
     /// this much of a head without finding its end (it reads in growing chunks, so a head
     /// may pass up to one chunk over). It sizes hyper's read buffer: at least 8 KiB.
@@ -38,6 +41,7 @@ impl Default for Limits {
         Limits {
             max_connections: 512,
             header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
             max_header_bytes: 32 * 1024,
             send_buffer_bytes: 64 * 1024,
             stream_stall: Duration::from_secs(30),

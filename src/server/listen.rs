@@ -10,7 +10,7 @@
 
 use super::app::App;
 use super::limits::Limits;
-use super::routes::router;
+use super::router::router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;

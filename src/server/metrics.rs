@@ -19,6 +19,8 @@ pub struct ServerCounters {
     pub rejected_unauthorized: u64,
     /// Streamed answers cancelled because their client read nothing for `stream_stall`.
     pub streams_stalled: u64,
+    /// 408s: a body that did not arrive within `body_timeout`.
+    pub bodies_timed_out: u64,
     pub connections_open: u64,
     pub connections_peak: u64,
     pub connections_accepted: u64,
@@ -70,7 +72,12 @@ pub fn render(m: &EngineMetrics, server: ServerCounters) -> String {
     for (name, help, value) in gauges {
         metric(&mut out, name, help, "gauge", value);
     }
-    let counters: [(&str, &str, u64); 15] = [
+    let counters: [(&str, &str, u64); 16] = [
+        (
+            "kvlab_request_bodies_timed_out_total",
+            "Requests refused with 408: the body did not arrive within --body-timeout-s.",
+            server.bodies_timed_out,
+        ),
         (
             "kvlab_connections_accepted_total",
             "HTTP connections accepted.",

@@ -14,7 +14,9 @@
 //! | `text.rs` | ids → text pieces without broken UTF-8, cut at stop strings |
 //! | `generation.rs` | one request's pieces, shared by streamed and whole answers |
 //! | `sse.rs` | streamed answers; a client that leaves cancels its request |
-//! | `routes.rs` | the endpoints, and the router that joins them |
+//! | `api_doc.rs` | `GET /openapi.json`, generated from the wire types and each route's statuses |
+//! | `routes.rs` | the endpoints |
+//! | `router.rs` | the router: the endpoints behind the key and the body clock |
 //! | `listen.rs` | the accept loop: a cap on connections, a clock on request heads, a drain on shutdown |
 //! | `limits.rs` | what one client may hold: the caps and clocks, and the connection counts |
 //! | `guard.rs` | the API key (`--api-key`) |
@@ -22,6 +24,7 @@
 //! | `metrics.rs` | `GET /metrics` in Prometheus' text format |
 //! | `loadtest.rs`, `workload.rs` | `kvlab loadtest`: a seeded Poisson workload against a server |
 
+pub mod api_doc;
 pub mod app;
 pub mod error;
 pub mod generation;
@@ -31,6 +34,7 @@ pub mod listen;
 pub mod loadtest;
 pub mod metrics;
 pub mod openai;
+pub mod router;
 pub mod routes;
 pub mod sse;
 pub mod text;
@@ -40,4 +44,4 @@ pub mod workload;
 pub use app::{App, ServerConfig};
 pub use limits::Limits;
 pub use listen::{bind, serve, Drained};
-pub use routes::router;
+pub use router::router;

@@ -8,6 +8,7 @@
 
 use super::app::{unix_time, App};
 use super::error::ApiError;
+use super::error::{KeyRefusal, Refusals};
 use super::generation::{Generation, Piece};
 use super::openai::Endpoint;
 use super::openai::{
@@ -17,41 +18,20 @@ use super::openai::{
 use super::sse::{self, Chunks};
 use super::validate::{self, Prepared};
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{middleware, Json, Router};
+use axum::Json;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 type Body<T> = Result<Json<T>, JsonRejection>;
 
-// ANCHOR: router
-/// Every route, with OpenAI-style errors for unknown paths, wrong methods and bodies
-/// over the limit, behind the API key when the server has one.
-pub fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/completions", post(completions))
-        .route("/v1/models", get(models))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .fallback(super::error::not_found)
-        .method_not_allowed_fallback(super::error::method_not_allowed)
-        .layer(DefaultBodyLimit::max(app.max_body_bytes))
-        // Outermost, so that an unknown path without the key is a 401, not a 404 that
-        // tells a stranger which routes exist.
-        .layer(middleware::from_fn_with_state(
-            app.clone(),
-            super::guard::require_key,
-        ))
-        .with_state(app)
-}
-// ANCHOR_END: router
-
 // ANCHOR: chat_route
 /// `POST /v1/chat/completions`.
+#[utoipa::path(post, path = "/v1/chat/completions", request_body = ChatCompletionRequest,
+    responses((status = 200, description = "The answer; with `\"stream\": true`, SSE chunks (ChatCompletionChunk), then `data: [DONE]`",
+        content((ChatCompletion = "application/json"), (String = "text/event-stream"))), Refusals))]
 pub async fn chat_completions(
     State(app): State<Arc<App>>,
     body: Body<ChatCompletionRequest>,
@@ -74,6 +54,9 @@ pub async fn chat_completions(
 // ANCHOR_END: chat_route
 
 /// `POST /v1/completions`.
+#[utoipa::path(post, path = "/v1/completions", request_body = CompletionRequest,
+    responses((status = 200, description = "The answer; with `\"stream\": true`, SSE chunks (Completion), then `data: [DONE]`",
+        content((Completion = "application/json"), (String = "text/event-stream"))), Refusals))]
 pub async fn completions(State(app): State<Arc<App>>, body: Body<CompletionRequest>) -> Response {
     let result = async {
         let Json(request) = body?;
@@ -177,6 +160,7 @@ async fn generate(
 }
 
 /// `GET /v1/models`: the one model this server runs.
+#[utoipa::path(get, path = "/v1/models", responses((status = 200, body = ModelList), KeyRefusal))]
 pub async fn models(State(app): State<Arc<App>>) -> Json<ModelList> {
     Json(ModelList {
         object: "list",
@@ -192,6 +176,8 @@ pub async fn models(State(app): State<Arc<App>>) -> Json<ModelList> {
 
 /// `GET /health`: 200 while the server answers, with what it runs ([`super::app::Setup`]:
 /// policy, weights, KV pool).
+#[utoipa::path(get, path = "/health", security(()),
+    responses((status = 200, description = "`status`, `model`, and what the server runs", body = Object)))]
 pub async fn health(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
     let mut health = serde_json::json!({"status": "ok", "model": app.served.name});
     if let (Some(h), Ok(serde_json::Value::Object(setup))) =
@@ -203,6 +189,8 @@ pub async fn health(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
 }
 
 /// `GET /metrics`: Prometheus' text format.
+#[utoipa::path(get, path = "/metrics",
+    responses((status = 200, description = "Prometheus' text format", body = String, content_type = "text/plain"), KeyRefusal))]
 pub async fn metrics(State(app): State<Arc<App>>) -> Response {
     let page = super::metrics::render(&app.engine.metrics(), app.counters());
     (

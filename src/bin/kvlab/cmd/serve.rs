@@ -57,6 +57,9 @@ pub struct ServeArgs {
     /// Seconds a client has to send its request line and headers.
     #[arg(long, default_value_t = Limits::default().header_timeout.as_secs_f64())]
     pub header_timeout_s: f64,
+    /// Seconds a client has to send its whole request body (then 408).
+    #[arg(long, default_value_t = Limits::default().body_timeout.as_secs_f64())]
+    pub body_timeout_s: f64,
     /// Seconds a streamed answer waits for a client that reads nothing, then is cancelled.
     #[arg(long, default_value_t = Limits::default().stream_stall.as_secs_f64())]
     pub stream_stall_s: f64,
@@ -122,6 +125,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let limits = Limits {
         max_connections: args.max_connections,
         header_timeout: seconds("--header-timeout-s", args.header_timeout_s)?,
+        body_timeout: seconds("--body-timeout-s", args.body_timeout_s)?,
         stream_stall: seconds("--stream-stall-s", args.stream_stall_s)?,
         drain_timeout: seconds("--drain-timeout-s", args.drain_timeout_s)?,
         ..Limits::default()
