@@ -2,12 +2,15 @@
 //! failures (book: serving-http.md, "Running kvlab serve safely").
 //!
 //! What must hold: a client that never finishes its request head is cut off at the head
-//! timeout, and one that trickles its body in is answered 408 at the body timeout; connections over `max_connections` wait in the kernel's queue and are served
-//! when a slot frees; a head over the size limit is a 431; a streamed answer whose client
-//! stops reading is cancelled and its KV blocks freed; an engine iteration that errs or
-//! panics fails its requests with a 500 and the next request is served; a shutdown lets
-//! answers under way finish (and cuts them at the drain timeout); and with a key, every
-//! route but /health answers 401 to a request without it.
+//! timeout, and one that trickles its body in is answered 408 at the body timeout;
+//! connections over `max_connections` wait in the kernel's queue and are served when a
+//! slot frees (a thousand idle ones cost the server under 16 MiB); a head over the size
+//! limit is a 431; a streamed answer whose client stops reading is cancelled and its KV
+//! blocks freed, and 64 streams dropped at random points leave every block free; hostile
+//! bodies and numbers get a 4xx; an engine iteration that errs or panics fails its
+//! requests with a 500 and the next request is served; a shutdown lets answers under way
+//! finish (and cuts them at the drain timeout); and with a key, every route but /health
+//! answers 401 to a request without it.
 
 mod common;
 
@@ -479,4 +482,203 @@ async fn with_a_key_every_route_but_health_answers_401_without_it() {
         read_value(&page, "kvlab_requests_rejected_unauthorized_total"),
         Some(7.0)
     );
+}
+
+/// The process's resident memory in KiB (Linux: /proc/self/status).
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("a VmRSS line")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_idle_connections_cost_a_bounded_amount_of_memory() {
+    if !real_model_present() {
+        return;
+    }
+    let limits = Limits {
+        max_connections: 32,
+        ..Limits::default()
+    };
+    let server = Server::start(limits, None).await;
+    assert_eq!(server.get("/health", None).await.0, 200);
+    let before = rss_kib();
+    let mut idle = Vec::new();
+    for i in 0..1000 {
+        match TcpStream::connect(server.addr).await {
+            Ok(stream) => idle.push(stream),
+            Err(e) => panic!("connection {i} of 1000: {e} (ulimit -n too low for this test?)"),
+        }
+    }
+    // Give the server time to accept what it will.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let grown_kib = rss_kib().saturating_sub(before);
+    let open = server.app.connections.open();
+    drop(idle);
+    // 32 connections served (hyper's buffers, a task each), 968 waiting in the kernel's
+    // queue, which costs this process nothing: 16 MiB is room for ten times that.
+    assert!(
+        grown_kib < 16 * 1024,
+        "1000 idle connections grew the server by {grown_kib} KiB"
+    );
+    assert!(
+        open <= 32,
+        "{open} connections open at once with a cap of 32"
+    );
+    assert_eq!(
+        server.get("/health", None).await.0,
+        200,
+        "served once they left"
+    );
+    assert!(server.metric("kvlab_connections_peak").await <= 32.0);
+}
+
+/// A tiny seeded generator (the tests must not depend on a crate's sequence).
+fn next_random(state: &mut u64) -> u64 {
+    // SplitMix64 (Steele, Lea, Flood 2014).
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_clients_hanging_up_at_random_points_leave_every_block_free() {
+    if !real_model_present() {
+        return;
+    }
+    let server = Server::start(Limits::default(), None).await;
+    let mut seed = 24u64;
+    let clients: Vec<_> = (0..64)
+        .map(|i| {
+            // Each reads 0 to 11 chunks, then drops its response mid-stream.
+            let chunks = (next_random(&mut seed) % 12) as usize;
+            let (client, url) = (server.client.clone(), server.url("/v1/completions"));
+            tokio::spawn(async move {
+                let body = json!({"model": "smollm2", "prompt": format!("Story {i}: once upon a time"),
+                                  "max_tokens": 48, "stream": true, "ignore_eos": true});
+                let response = client.post(url).json(&body).send().await.unwrap();
+                let status = response.status().as_u16();
+                assert!(status == 200 || status == 429, "{status}");
+                let mut bytes = response.bytes_stream();
+                for _ in 0..chunks {
+                    if tokio_stream::StreamExt::next(&mut bytes).await.is_none() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.expect("a client task");
+    }
+    server.wait_for_metric("kvlab_kv_blocks_used", 0.0).await;
+    server.wait_for_metric("kvlab_requests_running", 0.0).await;
+    assert!(server.metric("kvlab_requests_cancelled_total").await >= 1.0);
+    let (status, body) = server.chat(question(4, false), None).await;
+    assert_eq!(status, 200, "still serving: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_bodies_and_numbers_get_a_4xx_and_the_server_keeps_serving() {
+    if !real_model_present() {
+        return;
+    }
+    // A pool of 64 positions: a max_tokens the context allows but the pool cannot hold.
+    let tokenizer = Tokenizer::from_dir(Path::new(MODEL_DIR)).unwrap();
+    let block_bytes = 16 * 46_080; // 16 positions of SmolLM2 in f32
+    let config = ServerConfig {
+        engine: EngineConfig {
+            kv_budget_bytes: 4 * block_bytes,
+            ..EngineConfig::default()
+        },
+        ..ServerConfig::new("smollm2")
+    };
+    let app = App::new(model(), tokenizer, config).unwrap();
+    let listener = kvlab::server::bind("127.0.0.1:0".parse().unwrap(), &Limits::default()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(kvlab::server::serve(listener, app, std::future::pending()));
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/v1/chat/completions");
+    let chat = |extra: &str| {
+        format!(
+            r#"{{"model": "smollm2", "messages": [{{"role": "user", "content": "Hi"}}]{extra}}}"#
+        )
+    };
+    let nested = format!(
+        r#"{{"model": "smollm2", "messages": {}{}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("invalid UTF-8", b"{\"model\": \"\xff\xfe\"}".to_vec(), ""),
+        ("JSON nested 100,000 deep", nested.into_bytes(), ""),
+        (
+            "a temperature of 1e400",
+            chat(r#", "temperature": 1e400"#).into_bytes(),
+            "",
+        ),
+        (
+            "a negative temperature",
+            chat(r#", "temperature": -1"#).into_bytes(),
+            "temperature",
+        ),
+        (
+            "top_p NaN as a string",
+            chat(r#", "top_p": "NaN""#).into_bytes(),
+            "",
+        ),
+        (
+            "max_tokens over u64",
+            chat(r#", "max_tokens": 1e20"#).into_bytes(),
+            "",
+        ),
+        (
+            "max_tokens u64::MAX",
+            chat(r#", "max_tokens": 18446744073709551615"#).into_bytes(),
+            "max_tokens",
+        ),
+        (
+            "max_tokens negative",
+            chat(r#", "max_tokens": -5"#).into_bytes(),
+            "",
+        ),
+        (
+            "max_tokens beyond the pool",
+            chat(r#", "max_tokens": 4000"#).into_bytes(),
+            "pool",
+        ),
+        (
+            "a seed over u64",
+            chat(r#", "seed": 99999999999999999999999"#).into_bytes(),
+            "",
+        ),
+    ];
+    for (what, body, words) in cases {
+        let response = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: no answer: {e}"));
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        assert!((400..500).contains(&status), "{what}: {status} {text}");
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{what}: {text}"));
+        let message = value["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{what}: {message}");
+    }
+    let response = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(chat(r#", "max_tokens": 4"#))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200, "still serving");
 }
