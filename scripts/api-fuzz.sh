@@ -39,7 +39,7 @@ status=0
 timeout 900 .venv-fuzz/bin/st run "http://127.0.0.1:$PORT/openapi.json" \
     --header "Authorization: Bearer $KEY" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \
-    --max-examples "$EXAMPLES" --generation-deterministic --generation-database none --request-timeout 120 \
+    --max-examples "$EXAMPLES" --generation-deterministic --request-timeout 120 \
     --continue-on-failure || status=$?
 if [[ $status != 0 ]]; then
     echo "error: Schemathesis found answers off the spec, or a 5xx (exit $status); the server's log:" >&2
