@@ -39,6 +39,10 @@ pub struct RowsRun {
     pub rows: usize,
     /// Whether the chunk reached the end of its tokens (a token was sampled).
     pub sampled: bool,
+    /// Its one pending generated token (a decode step), not a chunk of its prompt.
+    pub decode: bool,
+    /// Of `rows`, speculative drafts.
+    pub drafts: usize,
 }
 
 /// What one iteration did.
@@ -55,6 +59,9 @@ pub struct StepReport {
     /// Requests preempted this iteration (blocks freed, back to the waiting queue).
     pub preempted: Vec<u64>,
     pub cancelled: Vec<u64>,
+    /// Latencies observed this iteration: to first token, and between two tokens.
+    pub ttft_seconds: Vec<f64>,
+    pub inter_token_seconds: Vec<f64>,
     /// Prefill-only role: the requests that got their first token this iteration, with
     /// their KV rows (per request id), ready to ship to a decode engine (they have left this engine).
     #[serde(skip)]
@@ -207,6 +214,19 @@ impl Engine {
 
     pub fn n_waiting(&self) -> usize {
         self.waiting.len()
+    }
+
+    /// Running requests, oldest first (the last is preempted first).
+    pub fn running_ids(&self) -> &[u64] {
+        &self.running
+    }
+    /// Waiting requests, in queue order.
+    pub fn waiting_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.waiting.iter().copied()
+    }
+    /// Request `id`, waiting or running (panics on an id it does not hold).
+    pub fn sequence(&self, id: u64) -> &Sequence {
+        &self.seqs[&id]
     }
 
     /// Counters now, with the pool's blocks.
@@ -465,6 +485,10 @@ impl Engine {
                 start_pos: seq.n_computed,
                 rows: s.rows,
                 sampled,
+                // A recompute after preemption prefills generated tokens too: a decode
+                // is the one row after the last sampled token, once it has one.
+                decode: seq.generated > 0 && s.rows - drafts == 1 && sampled,
+                drafts,
             });
         }
         let token_lists: Vec<&[u32]> = inputs.iter().map(Vec::as_slice).collect();
@@ -561,8 +585,14 @@ impl Engine {
             let since = seq.last_token_at.unwrap_or(seq.arrived);
             let seconds = (now - since).as_secs_f64();
             match seq.last_token_at {
-                None => self.metrics.ttft_seconds.observe(seconds),
-                Some(_) => self.metrics.inter_token_seconds.observe(seconds),
+                None => {
+                    self.metrics.ttft_seconds.observe(seconds);
+                    report.ttft_seconds.push(seconds);
+                }
+                Some(_) => {
+                    self.metrics.inter_token_seconds.observe(seconds);
+                    report.inter_token_seconds.push(seconds);
+                }
             }
             seq.last_token_at = Some(now);
             self.metrics.generated_tokens += 1;

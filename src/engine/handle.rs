@@ -13,17 +13,25 @@
 //! it, nor leave submits queued for a loop that is gone. The loop fails every request it
 //! holds, drops the engine (its pool's state is unknown midway through a step), starts a
 //! fresh one on the same model, and goes on; `/metrics` counts the restarts.
+//!
+//! Watchers (the live view's event stream, a recording) get a [`Snapshot`] of the engine
+//! after every iteration, through a broadcast channel that keeps only the latest few: a
+//! watcher that reads slowly skips pictures (each one is whole) and never holds the loop
+//! back or makes it buffer. With no watcher and no recording, no snapshot is made.
 
 use super::engine::Engine;
 use super::metrics::EngineMetrics;
 use super::request::{validate, EngineConfig, Event, Request, SubmitError, Validated};
+use super::snapshot::TokenText;
+use super::trace::TraceWriter;
 use crate::batch::BatchModel;
 use crate::error::Result;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 /// What the handles share with the loop.
@@ -34,7 +42,34 @@ struct Shared {
     model: Arc<dyn BatchModel>,
     config: EngineConfig,
     restarts: AtomicU64,
+    /// Every snapshot, as JSON, to whoever watches (the live view).
+    snapshots: broadcast::Sender<Arc<str>>,
+    text: Arc<TokenText>,
+    recorder: Mutex<Option<TraceWriter>>,
+    started: Instant,
+    /// The loop's thread, for [`EngineHandle::join`].
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
+
+/// How the engine can be watched: how its snapshots show token ids, and a recording.
+pub struct View {
+    /// Token ids to text (the tokenizer's decode).
+    pub text: Arc<TokenText>,
+    /// Writes every iteration's snapshot (`--record`).
+    pub record: Option<TraceWriter>,
+}
+
+impl Default for View {
+    fn default() -> View {
+        View {
+            text: Arc::new(|ids: &[u32]| format!("{ids:?}")),
+            record: None,
+        }
+    }
+}
+
+/// Snapshots a slow watcher may fall behind by before it skips to the latest.
+const SNAPSHOTS_KEPT: usize = 16;
 
 /// A failure planted in the next iteration, to test the restart (tests/server_hostile.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +89,8 @@ struct Inbox {
     metrics: EngineMetrics,
     shut_down: bool,
     fault: Option<Fault>,
+    /// A watcher joined: send it the engine as it is, even if idle.
+    snapshot_wanted: bool,
 }
 
 impl Shared {
@@ -73,6 +110,15 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Starts the engine loop on a new thread.
     pub fn spawn(model: Arc<dyn BatchModel>, config: EngineConfig) -> Result<EngineHandle> {
+        EngineHandle::spawn_with_view(model, config, View::default())
+    }
+
+    /// Starts the engine loop, watchable through `view`.
+    pub fn spawn_with_view(
+        model: Arc<dyn BatchModel>,
+        config: EngineConfig,
+        view: View,
+    ) -> Result<EngineHandle> {
         let engine = Engine::new(model.clone(), config.clone())?;
         // The counters of the empty engine (every block free), so that `/metrics` is
         // right before the first iteration too.
@@ -87,14 +133,20 @@ impl EngineHandle {
             model,
             config,
             restarts: AtomicU64::new(0),
+            snapshots: broadcast::channel(SNAPSHOTS_KEPT).0,
+            text: view.text,
+            recorder: Mutex::new(view.record),
+            started: Instant::now(),
+            thread: Mutex::new(None),
         });
         let for_loop = shared.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("kvlab-engine".into())
             .spawn(move || run_loop(engine, for_loop))
             .map_err(|e| {
                 crate::error::Error::Internal(format!("cannot start the engine thread: {e}"))
             })?;
+        *shared.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(thread);
         Ok(EngineHandle { shared })
     }
 
@@ -126,6 +178,14 @@ impl EngineHandle {
         self.shared.inbox().metrics.clone()
     }
 
+    /// The engine's snapshots from now on, as JSON; the first shows it as it is now.
+    pub fn watch(&self) -> broadcast::Receiver<Arc<str>> {
+        let receiver = self.shared.snapshots.subscribe();
+        self.shared.inbox().snapshot_wanted = true;
+        self.shared.wake.notify_one();
+        receiver
+    }
+
     /// Times an iteration failed and the loop started a fresh engine.
     pub fn restarts(&self) -> u64 {
         self.shared.restarts.load(Ordering::Relaxed)
@@ -141,6 +201,22 @@ impl EngineHandle {
     pub fn shutdown(&self) {
         self.shared.inbox().shut_down = true;
         self.shared.wake.notify_one();
+    }
+
+    /// Waits for the loop to end after [`EngineHandle::shutdown`] (its current iteration,
+    /// then the recording's last bytes). Blocks: from async code, call it in
+    /// `spawn_blocking`.
+    pub fn join(&self) {
+        let thread = self
+            .shared
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(thread) = thread {
+            // A panic in the loop was already caught and reported there.
+            let _ = thread.join();
+        }
     }
 }
 // ANCHOR_END: handle
@@ -177,9 +253,13 @@ impl Drop for RequestStream {
 fn run_loop(mut engine: Engine, shared: Arc<Shared>) {
     let mut streams: HashMap<u64, UnboundedSender<Event>> = HashMap::new();
     loop {
-        let (new, cancelled) = {
+        let (new, cancelled, snapshot_wanted) = {
             let mut inbox = shared.inbox();
-            while inbox.new.is_empty() && inbox.cancelled.is_empty() && !engine.has_work() {
+            while inbox.new.is_empty()
+                && inbox.cancelled.is_empty()
+                && !inbox.snapshot_wanted
+                && !engine.has_work()
+            {
                 if inbox.shut_down || Arc::strong_count(&shared) == 1 {
                     break;
                 }
@@ -195,6 +275,7 @@ fn run_loop(mut engine: Engine, shared: Arc<Shared>) {
             (
                 std::mem::take(&mut inbox.new),
                 std::mem::take(&mut inbox.cancelled),
+                std::mem::take(&mut inbox.snapshot_wanted),
             )
         };
         for (id, valid, sender) in new {
@@ -216,6 +297,9 @@ fn run_loop(mut engine: Engine, shared: Arc<Shared>) {
         }
         if !engine.has_work() {
             shared.inbox().metrics = engine.metrics();
+            if snapshot_wanted {
+                publish(&engine, None, &shared);
+            }
             continue;
         }
         let fault = shared.inbox().fault.take();
@@ -232,6 +316,8 @@ fn run_loop(mut engine: Engine, shared: Arc<Shared>) {
                 None => break,
             },
         };
+        // Watchers see the iteration before its tokens reach the clients.
+        publish(&engine, Some(&report), &shared);
         for (id, event) in report.events {
             let done = matches!(event, Event::Finished { .. } | Event::Failed { .. });
             if let Some(sender) = streams.get(&id) {
@@ -248,8 +334,40 @@ fn run_loop(mut engine: Engine, shared: Arc<Shared>) {
     }
     shared.inbox().shut_down = true;
     fail_all(&mut streams, "the engine has shut down");
+    let recorder = shared
+        .recorder
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(Err(e)) = recorder.map(TraceWriter::finish) {
+        eprintln!("kvlab engine: {e}");
+    }
 }
 // ANCHOR_END: engine_loop
+
+// ANCHOR: publish
+/// The engine's snapshot to its watchers and its recording, when it has any.
+fn publish(engine: &Engine, report: Option<&super::engine::StepReport>, shared: &Shared) {
+    let mut recorder = shared.recorder.lock().unwrap_or_else(|e| e.into_inner());
+    if shared.snapshots.receiver_count() == 0 && recorder.is_none() {
+        return; // nobody looks: no snapshot
+    }
+    let t_us = shared.started.elapsed().as_micros() as u64;
+    let snapshot = engine.snapshot(report, t_us, &*shared.text);
+    if let Some(writer) = recorder.as_mut() {
+        if let Err(e) = writer.write(&snapshot) {
+            // The recording stops; serving goes on.
+            eprintln!("kvlab engine: {e}; recording stopped");
+            *recorder = None;
+        }
+    }
+    match serde_json::to_string(&snapshot) {
+        // No receiver left between the check and here: nothing to do.
+        Ok(json) => drop(shared.snapshots.send(Arc::from(json))),
+        Err(e) => eprintln!("kvlab engine: a snapshot does not serialize: {e}"),
+    }
+}
+// ANCHOR_END: publish
 
 /// One iteration, or the planted fault.
 fn step(engine: &mut Engine, fault: Option<Fault>) -> Result<super::engine::StepReport> {

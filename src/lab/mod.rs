@@ -24,6 +24,7 @@
 //! | [`batching`] | `kvlab bench-batch` | scheduling.md |
 //! | [`engine_speculation`] | `kvlab bench-batch --speculative` | speculative.md |
 //! | [`disagg`] | `kvlab bench-disagg` | serving.md |
+//! | [`replays`] | `kvlab record` | live-view.md |
 //!
 //! [`timing`] holds what they share: medians, `ms_since`, the synthetic prompt.
 
@@ -46,6 +47,7 @@ pub mod kv_bench;
 pub mod kv_fill;
 pub mod long_context;
 pub mod peak;
+pub mod replays;
 pub mod roof;
 pub mod shared_prompt;
 pub mod spec_sweep;

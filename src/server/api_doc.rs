@@ -29,6 +29,7 @@ use utoipa::OpenApi;
         super::routes::models,
         super::routes::health,
         super::routes::metrics,
+        super::view::events,
         openapi,
     ),
     components(schemas(ChatCompletionChunk, ErrorBody, ErrorDetail)),

@@ -7,7 +7,7 @@ use super::openai::Endpoint;
 use super::validate::ServedModel;
 use crate::batch::BatchModel;
 use crate::cache::KvElement;
-use crate::engine::{EngineConfig, EngineHandle};
+use crate::engine::{EngineConfig, EngineHandle, TraceWriter, View};
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
 use serde::Serialize;
@@ -26,8 +26,11 @@ pub struct ServerConfig {
     pub default_max_tokens: usize,
     /// What one client may hold: connections, clocks (src/server/limits.rs).
     pub limits: Limits,
-    /// Every route but `/health` asks for `Authorization: Bearer <key>` when set.
+    /// Every route but `/health` and the live view's page asks for `Authorization:
+    /// Bearer <key>` when set.
     pub api_key: Option<String>,
+    /// Writes the engine's snapshots to this file as a Chrome trace (`--record`).
+    pub record: Option<std::path::PathBuf>,
 }
 
 impl ServerConfig {
@@ -40,6 +43,7 @@ impl ServerConfig {
             default_max_tokens: 256,
             limits: Limits::default(),
             api_key: None,
+            record: None,
         }
     }
 }
@@ -65,7 +69,7 @@ pub struct Setup {
 /// What every handler shares: the engine, the tokenizer, the served model's limits.
 pub struct App {
     pub engine: EngineHandle,
-    pub tokenizer: Tokenizer,
+    pub tokenizer: Arc<Tokenizer>,
     pub served: ServedModel,
     pub policy: crate::engine::Policy,
     pub setup: Setup,
@@ -81,6 +85,8 @@ pub struct App {
     pub(super) rejected_unauthorized: AtomicU64,
     pub(super) streams_stalled: AtomicU64,
     pub(super) bodies_timed_out: AtomicU64,
+    /// Set when the server starts to stop: the live view's event streams end.
+    pub(super) stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl App {
@@ -106,7 +112,18 @@ impl App {
             Some(s) => format!("ngram:{} k={}", s.ngram, s.draft_len),
             None => "none".to_string(),
         };
-        let engine = EngineHandle::spawn(model, config.engine)?;
+        let tokenizer = Arc::new(tokenizer);
+        let for_view = tokenizer.clone();
+        let view = View {
+            // A token's text, lossy at a cut UTF-8 character: this is for eyes only.
+            text: Arc::new(move |ids: &[u32]| for_view.decode(ids).unwrap_or_default()),
+            record: config
+                .record
+                .as_deref()
+                .map(TraceWriter::create)
+                .transpose()?,
+        };
+        let engine = EngineHandle::spawn_with_view(model, config.engine, view)?;
         // Before the first request every block is free: the pool's size.
         let pool_blocks = engine.metrics().kv_blocks_free;
         let setup = Setup {
@@ -135,6 +152,7 @@ impl App {
             rejected_unauthorized: AtomicU64::new(0),
             streams_stalled: AtomicU64::new(0),
             bodies_timed_out: AtomicU64::new(0),
+            stopping: tokio::sync::watch::channel(false).0,
         }))
     }
 

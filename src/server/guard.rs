@@ -21,12 +21,15 @@ use subtle::ConstantTimeEq;
 
 // ANCHOR: require_key
 /// Lets a request through when the server has no key, when it asks for `/health` (a load
-/// balancer's probe carries no key), or when it carries the key; else 401.
+/// balancer's probe carries no key) or the live view's page (static files: the data it
+/// shows comes from `/v1/engine/events`, which needs the key), or when it carries the
+/// key; else 401.
 pub async fn require_key(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let Some(key) = &app.api_key else {
         return next.run(request).await;
     };
-    if request.uri().path() == "/health" {
+    let path = request.uri().path();
+    if path == "/health" || super::view::is_asset(path) {
         return next.run(request).await;
     }
     let sent = request

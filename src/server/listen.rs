@@ -104,6 +104,8 @@ pub async fn serve(
         });
     }
     drop(listener);
+    // Streams that never end by themselves (the live view's) end now.
+    app.stopping.send_replace(true);
     let connections = app.connections.open();
     let start = Instant::now();
     let cancelled = tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
@@ -111,6 +113,9 @@ pub async fn serve(
         .is_err();
     drop(cut);
     app.engine.shutdown();
+    let engine = app.engine.clone();
+    // The iteration under way ends, and the recording gets its closing bytes.
+    let _ = tokio::task::spawn_blocking(move || engine.join()).await;
     Ok(Drained {
         connections,
         seconds: start.elapsed().as_secs_f64(),

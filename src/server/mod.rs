@@ -20,6 +20,7 @@
 //! | `listen.rs` | the accept loop: a cap on connections, a clock on request heads, a drain on shutdown |
 //! | `limits.rs` | what one client may hold: the caps and clocks, and the connection counts |
 //! | `guard.rs` | the API key (`--api-key`) |
+//! | `view.rs` | the live view: the page at `GET /`, the engine's snapshots at `GET /v1/engine/events` |
 //! | `error.rs` | OpenAI-style error bodies, including axum's own rejections |
 //! | `metrics.rs` | `GET /metrics` in Prometheus' text format |
 //! | `loadtest.rs`, `workload.rs` | `kvlab loadtest`: a seeded Poisson workload against a server |
@@ -39,6 +40,7 @@ pub mod routes;
 pub mod sse;
 pub mod text;
 pub mod validate;
+pub mod view;
 pub mod workload;
 
 pub use app::{App, ServerConfig};

@@ -1,7 +1,7 @@
 //! The router: every route, behind the API key and the body clock (book: serving-http.md).
 
 use super::app::App;
-use super::{api_doc, error, guard, routes};
+use super::{api_doc, error, guard, routes, view};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::{middleware, Router};
@@ -18,6 +18,9 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/health", get(routes::health))
         .route("/metrics", get(routes::metrics))
         .route("/openapi.json", get(api_doc::openapi))
+        .route("/v1/engine/events", get(view::events))
+        .route("/", get(view::asset))
+        .route("/ui/{file}", get(view::asset))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         // The body arrives whole and in time before a route parses it; the route's own

@@ -171,10 +171,10 @@ pub fn respond(
 }
 // ANCHOR_END: stream
 
-/// Sends one event; false when the client has gone, or has read nothing for
+/// Sends one event (an answer's, or a snapshot to a watcher); false when the client has gone, or has read nothing for
 /// `stream_stall` (a client that stops reading would otherwise hold its request's KV
 /// blocks for as long as it keeps the connection open).
-async fn send(app: &App, tx: &tokio::sync::mpsc::Sender<Event>, event: Event) -> bool {
+pub(super) async fn send(app: &App, tx: &tokio::sync::mpsc::Sender<Event>, event: Event) -> bool {
     use tokio::sync::mpsc::error::SendTimeoutError;
     match tx.send_timeout(event, app.limits.stream_stall).await {
         Ok(()) => true,

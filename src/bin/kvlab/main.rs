@@ -31,6 +31,7 @@ use cmd::evict::{EvalTableArgs, EvictSpeedArgs};
 use cmd::generate::{CompareArgs, DemoArgs, GenerateArgs};
 use cmd::gqa::GqaArgs;
 use cmd::model::{ImportArgs, KvSizeArgs};
+use cmd::record::RecordArgs;
 use cmd::serve::{LoadtestArgs, LoadtestTableArgs, ServeArgs};
 use cmd::side_by_side::LlamacppTableArgs;
 use cmd::speculative::{BenchVerifyArgs, SpecSweepArgs};
@@ -110,6 +111,9 @@ enum Command {
     Loadtest(LoadtestArgs),
     /// The scheduling policies side by side, from saved `kvlab loadtest --json` reports.
     LoadtestTable(LoadtestTableArgs),
+    /// A scripted run of the engine (prefix sharing, a decode stall, preemption, an int8
+    /// pool) recorded as a Chrome trace: the live view replays it, Perfetto opens it.
+    Record(RecordArgs),
 }
 
 fn main() {
@@ -149,6 +153,7 @@ fn main() {
         Command::Serve(args) => cmd::serve::serve(args),
         Command::Loadtest(args) => cmd::serve::loadtest(args),
         Command::LoadtestTable(args) => cmd::serve::loadtest_table(args),
+        Command::Record(args) => cmd::record::record(args),
     };
     if let Err(e) = result {
         // One line, whatever the message holds (a path or a tokenizer's text may not).

@@ -11,6 +11,7 @@ pub mod evict;
 pub mod generate;
 pub mod gqa;
 pub mod model;
+pub mod record;
 pub mod serve;
 pub mod side_by_side;
 pub mod speculative;

@@ -69,6 +69,10 @@ pub struct ServeArgs {
     /// Do not reuse the KV blocks of prompt prefixes seen before.
     #[arg(long)]
     pub no_prefix_caching: bool,
+    /// Write the engine's snapshot after every iteration to FILE, a Chrome trace that
+    /// Perfetto opens and the live view replays (book: live-view.md).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     #[command(flatten)]
     pub weights: DtypeArgs,
     #[command(flatten)]
@@ -165,6 +169,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     config.default_max_tokens = args.default_max_tokens;
     config.limits = limits;
     config.api_key = args.api_key.clone();
+    config.record = args.record.clone();
     let policy = config.engine.policy;
     let pool = format!(
         "weights {}, --kv {} in blocks of {}",
@@ -193,6 +198,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             "kvlab serve: `{name}` on http://{local}/v1 (policy {}, {pool}), Ctrl-C to stop",
             policy.name()
         );
+        eprintln!("kvlab serve: the live view is at http://{local}/");
+        if let Some(file) = &args.record {
+            eprintln!("kvlab serve: recording every iteration to {}", file.display());
+        }
         if args.api_key.is_none() && !local.ip().is_loopback() {
             eprintln!("kvlab serve: warning: listening on {local} without --api-key: anyone who can reach it can use it");
         }
