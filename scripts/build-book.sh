@@ -11,7 +11,11 @@
 #      `ANCHOR: anchor` and `ANCHOR_END: anchor`;
 #   4. checks every relative link and image in book/src/*.md points at an existing file
 #      (SUMMARY.md included; drafts have no target), and every #fragment pointing into a
-#      page at one of its headings.
+#      page at one of its headings;
+#   5. copies the live view's page (web/) to book/book/live/, for the replays the chapters
+#      embed (`<iframe src="live/index.html?replay=../replays/NAME.json&embed=1">`), and
+#      checks that every embedded replay's recording is in book/src/replays/ (written by
+#      scripts/figures.sh with `kvlab record`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -54,6 +58,13 @@ if grep -Eiq 'failed to|not found|error|could not|unable to' "$log"; then
     fail "mdbook reported a problem (see above)"
 fi
 
+# The live view's page beside the book, as `kvlab serve` serves it: the page asks for
+# ui/kvview.js and ui/kvview.css relative to itself. The recordings it replays are in
+# book/src/replays/, which mdBook copies to book/book/replays/ like any other file.
+mkdir -p book/book/live/ui
+cp web/index.html book/book/live/index.html
+cp web/kvview.js web/kvview.css book/book/live/ui/
+
 # 2 and 3. Includes and links, checked independently of mdBook.
 python3 - <<'EOF' || status=1
 import os
@@ -64,6 +75,8 @@ SRC = "book/src"
 problems = []
 
 include_re = re.compile(r"\{\{#(include|rustdoc_include)\s+([^}\s]+)\s*\}\}")
+# An embedded replay: the live view's page (copied to book/book/live/) and a recording.
+replay_re = re.compile(r'<iframe[^>]*\ssrc="live/index\.html\?replay=\.\./replays/([\w.-]+)[&"]')
 link_re = re.compile(r"!?\[[^\]]*\]\(([^)\s]*)\)")
 
 def anchors_in(path):
@@ -127,6 +140,12 @@ for md in sorted(md_files):
                 problems.append(f"{where}: no 'ANCHOR: {anchor}' in {path}")
             if anchor not in ends:
                 problems.append(f"{where}: no 'ANCHOR_END: {anchor}' in {path}")
+    for m in replay_re.finditer(text):
+        n_links += 1
+        recording = os.path.join(SRC, "replays", m.group(1))
+        if not os.path.isfile(recording):
+            problems.append(f"{md}: embeds the replay {recording}, which does not exist "
+                            f"(scripts/figures.sh records it: kvlab record SCENARIO --out {recording})")
     # Relative links and images (http(s), mailto and pure #fragments are not checked).
     in_fence = False
     for line in text.splitlines():

@@ -7,6 +7,8 @@
 //   live:   GET /v1/engine/events, server-sent events named `snapshot`;
 //   replay: a recording (a Chrome trace written by `kvlab serve --record`), loaded with
 //           ?replay=URL, the file chooser, or drag-and-drop.
+//   embed:  ?replay=URL&embed=1, the compact layout of the book's iframes (a replay
+//           only: no key field, no file chooser, a link to the full page).
 // Plain JavaScript, no framework and no build step: the server embeds this file as is.
 'use strict';
 
@@ -20,6 +22,9 @@
   const KEY_STORAGE = 'kvlab-api-key';
 
   const $ = (id) => document.getElementById(id);
+  const params = new URLSearchParams(location.search);
+  /** Inside a chapter's iframe (`embed=1`): the compact layout of kvview.css. */
+  const embedded = params.get('embed') === '1';
 
   // What the page shows, and what a test reads (`window.kvview`).
   const state = {
@@ -497,7 +502,8 @@
     $('replay-controls').hidden = false;
     $('slider').max = String(snaps.length - 1);
     text('replay-count', snaps.length);
-    text('mode', `replay · ${source}`);
+    // An iframe is narrow: the file's name, not its path.
+    text('mode', `replay · ${embedded ? source.split('/').pop() : source}`);
     showMessage('');
     seek(0);
   }
@@ -591,8 +597,23 @@
     });
   }
 
+  /** The compact layout, and a link to the same replay at full size in a new tab. */
+  function embed() {
+    document.body.classList.add('embed');
+    const full = new URLSearchParams(params);
+    full.delete('embed');
+    const link = document.createElement('a');
+    link.className = 'full';
+    link.href = `${location.pathname}?${full}`;
+    link.target = '_blank';
+    link.rel = 'noopener';
+    link.textContent = 'open full size ↗';
+    document.querySelector('header').append(link);
+  }
+
+  if (embedded) embed();
   wire();
-  const replay = new URLSearchParams(location.search).get('replay');
+  const replay = params.get('replay');
   if (replay) {
     text('mode', 'replay · loading');
     replayUrl(replay);

@@ -316,7 +316,13 @@ fn run_loop(mut engine: Engine, shared: Arc<Shared>) {
                 None => break,
             },
         };
-        // Watchers see the iteration before its tokens reach the clients.
+        // The counters, then the watchers, then the clients: a client that reads
+        // `/metrics` or the event stream once its answer is done sees its iteration.
+        {
+            let mut inbox = shared.inbox();
+            inbox.waiting = engine.n_waiting();
+            inbox.metrics = engine.metrics();
+        }
         publish(&engine, Some(&report), &shared);
         for (id, event) in report.events {
             let done = matches!(event, Event::Finished { .. } | Event::Failed { .. });
@@ -328,9 +334,6 @@ fn run_loop(mut engine: Engine, shared: Arc<Shared>) {
                 streams.remove(&id);
             }
         }
-        let mut inbox = shared.inbox();
-        inbox.waiting = engine.n_waiting();
-        inbox.metrics = engine.metrics();
     }
     shared.inbox().shut_down = true;
     fail_all(&mut streams, "the engine has shut down");
@@ -354,7 +357,8 @@ fn publish(engine: &Engine, report: Option<&super::engine::StepReport>, shared: 
     }
     let t_us = shared.started.elapsed().as_micros() as u64;
     let snapshot = engine.snapshot(report, t_us, &*shared.text);
-    if let Some(writer) = recorder.as_mut() {
+    // A recording holds iterations; the picture a new watcher gets between them is not one.
+    if let (Some(writer), Some(_)) = (recorder.as_mut(), report) {
         if let Err(e) = writer.write(&snapshot) {
             // The recording stops; serving goes on.
             eprintln!("kvlab engine: {e}; recording stopped");

@@ -55,12 +55,12 @@ pub fn render(m: &EngineMetrics, server: ServerCounters) -> String {
         ),
         (
             "kvlab_kv_blocks_used",
-            "KV cache blocks held by sequences or the prefix cache.",
+            "KV cache blocks held by at least one sequence.",
             m.kv_blocks_used as f64,
         ),
         (
             "kvlab_kv_blocks_free",
-            "KV cache blocks free to allocate.",
+            "KV cache blocks a sequence can get: free, or parked in the prefix cache.",
             m.kv_blocks_free as f64,
         ),
         (

@@ -77,7 +77,12 @@ pub async fn events(State(app): State<Arc<App>>) -> Response {
                 _ = tx.closed() => return,
             };
             let event = Event::default().event("snapshot").data(&*json);
-            if !send(&app, &tx, event).await {
+            // A watcher that reads nothing waits here: the stop must reach it here too.
+            let sent = tokio::select! {
+                sent = send(&app, &tx, event) => sent,
+                _ = stopping.wait_for(|stopping| *stopping) => false,
+            };
+            if !sent {
                 return;
             }
         }

@@ -4,6 +4,7 @@
 pub mod cli;
 #[cfg(feature = "cuda")]
 pub mod gpu;
+pub mod server;
 
 use kvlab::cache::{KvStore, PreallocatedCache};
 use kvlab::model::KvSource;
