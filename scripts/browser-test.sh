@@ -32,7 +32,9 @@ LOG=$WORK/serve.log
 RECORDING=$WORK/recording.json
 KVLAB_API_KEY=sk-kvlab-$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 export KVLAB_API_KEY
-"$KVLAB" serve --model "$MODEL" --port "$PORT" --record "$RECORDING" 2> "$LOG" &
+# A pool of 128 blocks: the load fills a visible part of it (the default pool has 1024).
+BLOCK_BYTES=$(( 16 * 2 * 30 * 3 * 64 * 4 ))  # 16 positions of SmolLM2-135M's K and V in f32
+"$KVLAB" serve --model "$MODEL" --port "$PORT" --record "$RECORDING" --kv-budget $(( 128 * BLOCK_BYTES )) 2> "$LOG" &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 

@@ -196,6 +196,20 @@ if selected loadtest; then
     echo "+ bash scripts/loadtest-policies.sh"
     KVLAB=$KVLAB MODEL=$MODEL DATA=$DATA bash scripts/loadtest-policies.sh
 fi
+# The live view's replays (book: live-view.md, and the chapters that embed them): each
+# scripted run of the engine recorded as a Chrome trace in book/src/replays/, its numbers
+# in data/replay_*.json (data only, no figure). ONLY=replay_pool_int8 runs one.
+REPLAYS=${REPLAYS:-book/src/replays}
+mkdir -p "$REPLAYS"
+for scenario in prefix-sharing stall-continuous stall-chunked preemption pool-f32 pool-int8; do
+    measure "replay_${scenario//-/_}.json" -- record "$scenario" --model "$MODEL" --out "$REPLAYS/$scenario.json" --json
+done
+# The live view's screenshots (book/src/figures/live-view.png, live-view-replay.png), taken
+# by the browser test during its own load. ONLY=live_view runs only this.
+if selected live_view; then
+    echo "+ SCREENSHOTS=1 bash scripts/browser-test.sh"
+    SCREENSHOTS=1 KVLAB=$KVLAB MODEL=$MODEL bash scripts/browser-test.sh
+fi
 # Every KV policy on the same text, teacher-forced against the full cache (the Pareto
 # figure and `kvlab eval-table`): one JSON line per policy. The window and H2O keep
 # PARETO_WINDOW positions, and H2O also 20% of the text (10% heavy + 10% recent, as H2O).

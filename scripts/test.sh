@@ -2,11 +2,12 @@
 # kvlab's whole test suite, from a fresh clone: `bash scripts/test.sh`
 #
 # Installs what it needs (SmolLM2 from PyPI, NVRTC from PyPI, the `openai` client and
-# Schemathesis from PyPI,
+# Schemathesis from PyPI, Chromium from Debian and playwright-core from npm,
 # mdBook when the book exists and mdbook is missing), then runs, in order: the formatting and
 # lint checks, every test in release mode (the real-model tests need the real model), `kvlab
 # serve` driven by the official `openai` Python client (scripts/openai-test.sh) and fuzzed from its
-# own OpenAPI description by Schemathesis (scripts/api-fuzz.sh), the book's command
+# own OpenAPI description by Schemathesis (scripts/api-fuzz.sh), the live view in Debian's
+# headless Chromium (scripts/browser-test.sh), the book's command
 # outputs (`scripts/book_outputs.py --check`: every deterministic `$ kvlab` block re-run and
 # compared with its page), the exercises' check (every stub fails, every solution passes),
 # the book's prose lints, the book build, the CUDA build with every kernel compiled by NVRTC,
@@ -44,6 +45,9 @@ bash scripts/openai-test.sh
 
 step "kvlab serve fuzzed from its own /openapi.json by Schemathesis (.venv-fuzz): no 5xx, every answer as the spec says"
 bash scripts/api-fuzz.sh
+
+step "the live view in headless Chromium (Debian's chromium, playwright-core): the page = its snapshots = /metrics, a recording replayed"
+bash scripts/browser-test.sh
 
 step "the book's kvlab outputs: the deterministic blocks re-run and compared with the pages"
 python3 scripts/book_outputs.py --check

@@ -271,7 +271,11 @@ async function live(page) {
   });
   const r = await page.evaluate(compareDom, null);
   check(r.errs.length === 0, `idle: the page differs from its snapshot: ${r.errs.join('; ')}`);
-  log(`idle: page = /metrics: ${JSON.stringify(last.metrics)}`);
+  // The shared prompt's full blocks outlive their requests, parked for the next prompt
+  // that starts the same way: the page shows them hatched, neither used nor free.
+  const parked = await page.evaluate(() => Number(document.getElementById('pool-parked').textContent));
+  check(parked > 0, 'idle: no parked block, though every request shared a prompt prefix');
+  log(`idle: page = /metrics: ${JSON.stringify(last.metrics)} (free includes the ${parked} parked blocks)`);
 }
 
 async function replay(page) {
