@@ -5,7 +5,9 @@
 # random API key, a KV pool of 512 positions and 32 tokens for a request that names no
 # max_tokens (so no generated request runs for long: a longer one is refused with 400, as
 # the spec says), and runs Schemathesis against GET /openapi.json: positive and negative
-# requests for every route. About 30 s on 2 cores. It fails when any
+# requests for every route but GET /v1/engine/events (the live view's stream never ends, so
+# a fuzzer waiting for a whole body would only time out; it takes no parameters, and
+# tests/live_view.rs checks it: first event at once, the key, the stop). About 30 s on 2 cores. It fails when any
 # answer is a 5xx, or does not match the spec (its status, content type or body schema).
 # Bounded: examples per route (FUZZ_EXAMPLES, default 25), and 900 s for the whole run.
 set -euo pipefail
@@ -38,6 +40,7 @@ wait_for_health "$SERVER" "$PORT" "$LOG"
 status=0
 timeout 900 .venv-fuzz/bin/st run "http://127.0.0.1:$PORT/openapi.json" \
     --header "Authorization: Bearer $KEY" \
+    --exclude-path /v1/engine/events \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \
     --max-examples "$EXAMPLES" --generation-deterministic --request-timeout 120 \
     --continue-on-failure || status=$?
