@@ -30,6 +30,8 @@ use utoipa::OpenApi;
         super::routes::health,
         super::routes::metrics,
         super::view::events,
+        super::view::page,
+        super::view::asset,
         openapi,
     ),
     components(schemas(ChatCompletionChunk, ErrorBody, ErrorDetail)),
@@ -84,11 +86,14 @@ mod tests {
         assert_eq!(
             names,
             [
+                "/",
                 "/health",
                 "/metrics",
                 "/openapi.json",
+                "/ui/{file}",
                 "/v1/chat/completions",
                 "/v1/completions",
+                "/v1/engine/events",
                 "/v1/models"
             ]
         );

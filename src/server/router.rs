@@ -19,7 +19,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(routes::metrics))
         .route("/openapi.json", get(api_doc::openapi))
         .route("/v1/engine/events", get(view::events))
-        .route("/", get(view::asset))
+        .route("/", get(view::page))
         .route("/ui/{file}", get(view::asset))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)

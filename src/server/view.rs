@@ -44,7 +44,21 @@ pub fn is_asset(path: &str) -> bool {
     ASSETS.iter().any(|(p, _, _)| *p == path)
 }
 
-/// `GET /`, `GET /ui/*`: the page's files.
+/// `GET /`: the page.
+#[utoipa::path(get, path = "/", security(()),
+    responses((status = 200, description = "The live view (book: live-view.md)", content_type = "text/html", body = String)))]
+pub async fn page(uri: axum::http::Uri) -> Response {
+    asset(uri).await
+}
+
+/// `GET /ui/{file}`: the page's script and style; any other file is a 404 (asked for
+/// with the key: only the page's own files are open).
+#[utoipa::path(get, path = "/ui/{file}", security(()),
+    params(("file" = String, Path, description = "`kvview.js` or `kvview.css`")),
+    responses((status = 200, description = "The page's script or style",
+            content((String = "text/javascript"), (String = "text/css"))),
+        (status = 404, description = "Not one of the page's files", body = super::openai::ErrorBody),
+        super::error::KeyRefusal))]
 pub async fn asset(uri: axum::http::Uri) -> Response {
     match ASSETS.iter().find(|(p, _, _)| *p == uri.path()) {
         Some((_, kind, body)) => ([(header::CONTENT_TYPE, *kind)], *body).into_response(),
