@@ -18,7 +18,7 @@ hand next to them:
            (exercises/NN_*/, the chapter links of book/src/SUMMARY.md, the variants of `enum
            Command` in src/bin/kvlab/main.rs), and the introduction's command table lists
            every subcommand;
-  numbers  a measured number (followed by ms, s, tok/s, tokens/s, GB/s, GFLOP/s, %, x or ×)
+  numbers  a measured number (followed by ms, s, [prompt] tok/s or tokens/s, GB/s, GFLOP/s, %, x or ×)
            in the prose next to a `<!-- kvlab-output: timed|masked -->` block (the paragraphs
            between the previous and the next heading or block) is either a `{{#kvlab}}`
            reference, or appears in one of the blocks it sits between (so regenerating the
@@ -71,7 +71,7 @@ CODE_SPAN = re.compile(r"`[^`]*`")
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 # A measured number: digits followed by a unit of time, rate or ratio. `x` and `×` must touch
 # the number (`1.9×`), so that `2 × 106 M` (a product) is not one.
-UNIT = r"(?:\s?(?:ms|µs|s\b|tok/s|tokens/s|GB/s|GFLOP/s|TFLOP/s|%|(?:decode )?steps?\b)|(?:x\b|×))"
+UNIT = r"(?:\s?(?:ms|µs|s\b|(?:prompt )?(?:tok/s|tokens/s)|GB/s|GFLOP/s|TFLOP/s|%|(?:decode )?steps?\b)|(?:x\b|×))"
 NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"  # 3,259 or 3259.5, not the `84,` of a list
 MEASURED = re.compile(r"(?<![\w.])(%s)(?:\s?(?:-|–|to)\s?(%s))?(%s)" % (NUM, NUM, UNIT))
 NUMBER = re.compile(NUM)

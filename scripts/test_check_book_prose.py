@@ -46,6 +46,11 @@ class Numbers(unittest.TestCase):
     def test_a_stale_range_fails(self):
         self.assertTrue(self.problems("A pass over 2-17 rows costs 1.7-3.7 decode steps."))
 
+    def test_a_stale_rate_of_prompt_tokens_fails(self):
+        found = self.problems("The prefill ran at 333 prompt tokens/s.")
+        self.assertEqual(len(found), 1, found)
+        self.assertIn('"333 prompt tokens/s"', found[0])
+
     def test_the_blocks_own_numbers_pass(self):
         self.assertEqual(self.problems("Two rows cost 1.10x a step, seventeen 2.56x."), [])
 

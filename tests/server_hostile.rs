@@ -60,9 +60,13 @@ async fn connect_small_window(addr: SocketAddr) -> TcpStream {
     socket.connect(addr).await.unwrap()
 }
 
-/// A streamed chat request written by hand, on `stream`, never read.
+/// A streamed chat request written by hand, on `stream`, never read. It ignores the
+/// end-of-turn token: a sampled answer may end after a few dozen tokens, small enough to sit
+/// in the socket buffers, and then nothing would ever stall.
 async fn send_streamed_request(stream: &mut TcpStream, max_tokens: usize) {
-    let body = question(max_tokens, true).to_string();
+    let mut body = question(max_tokens, true);
+    body["ignore_eos"] = json!(true);
+    let body = body.to_string();
     let head = format!(
         "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
         body.len()
