@@ -63,10 +63,9 @@ pub fn causal_attention(
 
 /// The same attention, reading position `j`'s key and value from any layout, in place.
 ///
-/// The work is cut into tasks of (up to [`QUERY_ROWS`] query rows, one KV head);
-/// each task returns `[rows, kv_mul * head_dim]` — its rows' outputs for the query
-/// heads of that group — which are then copied into place. Decode (one row) thus
-/// still spreads its `n_kv_heads` groups over the threads.
+/// The work is cut into tasks of (up to [`QUERY_ROWS`] query rows, one KV head, some of
+/// the query heads that share it); each task returns `[rows, heads, head_dim]`, which is
+/// then copied into place. See [`task_heads`] for how many query heads a task takes.
 pub fn attention_over<R: KvHeads + ?Sized>(
     rows: &R,
     q: &[f32],
@@ -105,39 +104,72 @@ pub fn attention_observed<R: KvHeads + ?Sized>(
     let kv_mul = n_heads / n_kv_heads;
     let q_dim = n_heads * head_dim;
     let n = q.len() / q_dim;
-    let tasks: Vec<(usize, usize)> = (0..n)
+    let per_task = task_heads(n, kv_mul, observe);
+    // (first row, KV head, first query head of the group): the task's query heads are
+    // `g0..g0 + per_task` of that KV head's group.
+    let tasks: Vec<(usize, usize, usize)> = (0..n)
         .step_by(QUERY_ROWS)
-        .flat_map(|i0| (0..n_kv_heads).map(move |kv_head| (i0, kv_head)))
+        .flat_map(|i0| {
+            (0..n_kv_heads).flat_map(move |kv_head| {
+                (0..kv_mul)
+                    .step_by(per_task)
+                    .map(move |g0| (i0, kv_head, g0))
+            })
+        })
         .collect();
-    let groups: Vec<(Vec<f32>, Vec<f32>)> = tasks
+    let outputs: Vec<(Vec<f32>, Vec<f32>)> = tasks
         .par_iter()
-        .map(|&(i0, kv_head)| {
+        .map(|&(i0, kv_head, g0)| {
             let q_rows = &q[i0 * q_dim..(n.min(i0 + QUERY_ROWS)) * q_dim];
-            attend_group(
-                rows,
-                q_rows,
-                start_pos + i0,
+            let group = Group {
                 kv_head,
-                heads,
-                window,
-                observe,
-            )
+                heads: g0..g0 + per_task,
+            };
+            attend_group(rows, q_rows, start_pos + i0, group, heads, window, observe)
         })
         .collect();
     let mut out = vec![0.0f32; q.len()]; // [n, n_heads * head_dim]
     let mut received = vec![0.0f32; if observe { start_pos + n } else { 0 }]; // [start_pos + n]
-    let group_dim = kv_mul * head_dim;
-    for (&(i0, kv_head), (group, group_received)) in tasks.iter().zip(&groups) {
-        for (i, src) in group.chunks_exact(group_dim).enumerate() {
-            out[(i0 + i) * q_dim + kv_head * group_dim..][..group_dim].copy_from_slice(src);
+    let task_dim = per_task * head_dim;
+    for (&(i0, kv_head, g0), (task_out, task_received)) in tasks.iter().zip(&outputs) {
+        let first_head = kv_head * kv_mul + g0;
+        for (i, src) in task_out.chunks_exact(task_dim).enumerate() {
+            out[(i0 + i) * q_dim + first_head * head_dim..][..task_dim].copy_from_slice(src);
         }
-        for (r, &p) in received.iter_mut().zip(group_received) {
+        for (r, &p) in received.iter_mut().zip(task_received) {
             *r += p;
         }
     }
     (out, received)
 }
 // ANCHOR_END: attention_observed
+
+// ANCHOR: task_heads
+/// How many of a group's `kv_mul` query heads one task takes.
+///
+/// A whole group, when there are rows enough to share out: each key is then read once
+/// for every head that uses it. But a decode step has one row, and a task per KV head
+/// is only `n_kv_heads` tasks: SmolLM2's 3 on 2 threads leave one thread two groups and
+/// the other one, so the step waits for 2/3 of the work on one core. A task per query
+/// head (9) shares out 5 to 4: 5/9 of the work on the busier core. Either way every head's output is computed by the same
+/// chains in the same order, so the split changes no bit of `out`. What does depend on
+/// it is the order in which `received` (H2O) adds the tasks' sums, so a call that
+/// observes keeps whole groups: its sums come out in one order, whatever the row count.
+fn task_heads(n_rows: usize, kv_mul: usize, observe: bool) -> usize {
+    if n_rows <= QUERY_ROWS && !observe {
+        1
+    } else {
+        kv_mul
+    }
+}
+// ANCHOR_END: task_heads
+
+/// The query heads one task computes: `heads` (numbered within the group, `0..kv_mul`)
+/// of the group that shares KV head `kv_head`.
+struct Group {
+    kv_head: usize,
+    heads: std::ops::Range<usize>,
+}
 
 /// Query rows per attention task.
 const QUERY_ROWS: usize = 16;
@@ -181,15 +213,16 @@ pub fn score(q: &[f32], k: &[f32]) -> f32 {
 }
 // ANCHOR_END: score
 
-/// Attention of the query heads of group `kv_head` (those sharing KV head `kv_head`),
-/// for the rows of `q_rows` (`[m, n_heads * head_dim]`, the first at position
-/// `first_pos`). Returns `[m, kv_mul, head_dim]`, and, when `observe` is set, the
-/// probabilities each key received from these rows and heads, `[first_pos + m]`.
+/// Attention of the query heads `group.heads` of the group sharing KV head
+/// `group.kv_head`, for the rows of `q_rows` (`[m, n_heads * head_dim]`, the first at
+/// position `first_pos`). Returns `[m, group.heads.len(), head_dim]`, and, when
+/// `observe` is set, the probabilities each key received from these rows and heads,
+/// `[first_pos + m]`.
 fn attend_group<R: KvHeads + ?Sized>(
     rows: &R,
     q_rows: &[f32],
     first_pos: usize,
-    kv_head: usize,
+    group: Group,
     heads: Heads,
     window: Option<usize>,
     observe: bool,
@@ -199,7 +232,10 @@ fn attend_group<R: KvHeads + ?Sized>(
         n_kv_heads,
         head_dim,
     } = heads;
-    let kv_mul = n_heads / n_kv_heads;
+    let kv_head = group.kv_head;
+    // The first query head of this task, and how many it takes.
+    let first_head = kv_head * (n_heads / n_kv_heads) + group.heads.start;
+    let n_task_heads = group.heads.len();
     let scale = 1.0 / (head_dim as f32).sqrt();
     let m = q_rows.len() / (n_heads * head_dim);
     // Keys 0..end: the causal horizon of the last row.
@@ -208,9 +244,9 @@ fn attend_group<R: KvHeads + ?Sized>(
     // task sees is never read (a local layer's decode reads `window` keys, not them all).
     let oldest = |i: usize| window.map_or(0, |w| (first_pos + i + 1).saturating_sub(w));
 
-    // Scores, `[m, kv_mul, end]`: each key is read once, in place, and scored
+    // Scores, `[m, n_task_heads, end]`: each key is read once, in place, and scored
     // against every query row and head of the group that can see it.
-    let mut scores = vec![0.0f32; m * kv_mul * end];
+    let mut scores = vec![0.0f32; m * n_task_heads * end];
     // Where a quantized cache dequantizes one head's run ([`KvHeads`]); unused by f32 rows.
     let (mut key_buf, mut value_buf) = (vec![0.0f32; head_dim], vec![0.0f32; head_dim]);
     for j in oldest(0)..end {
@@ -219,18 +255,18 @@ fn attend_group<R: KvHeads + ?Sized>(
         // holds it (row `i` sees `j` while `first_pos + i < j + window`).
         let last_row = window.map_or(m, |w| m.min((j + w).saturating_sub(first_pos)));
         for i in j.saturating_sub(first_pos)..last_row {
-            for g in 0..kv_mul {
-                let q_head = &q_rows[(i * n_heads + kv_head * kv_mul + g) * head_dim..][..head_dim];
-                scores[(i * kv_mul + g) * end + j] = score(q_head, key);
+            for g in 0..n_task_heads {
+                let q_head = &q_rows[(i * n_heads + first_head + g) * head_dim..][..head_dim];
+                scores[(i * n_task_heads + g) * end + j] = score(q_head, key);
             }
         }
     }
 
-    let mut out = vec![0.0f32; m * kv_mul * head_dim]; // [m, kv_mul, head_dim]
+    let mut out = vec![0.0f32; m * n_task_heads * head_dim]; // [m, n_task_heads, head_dim]
     let mut received = vec![0.0f32; if observe { end } else { 0 }]; // [end]
     for (i, (scores_i, out_i)) in scores
-        .chunks_exact_mut(kv_mul * end)
-        .zip(out.chunks_exact_mut(kv_mul * head_dim))
+        .chunks_exact_mut(n_task_heads * end)
+        .zip(out.chunks_exact_mut(n_task_heads * head_dim))
         .enumerate()
     {
         // The causal mask: position `first_pos + i` attends to positions up to its own,
@@ -318,5 +354,69 @@ impl KvView<'_> {
                 attention_observed(rows, q, rows_before, heads, window, observe)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    fn random(rng: &mut Rng, n: usize) -> Vec<f32> {
+        (0..n).map(|_| rng.symmetric(1.0)).collect()
+    }
+
+    /// A task per query head (decode: one row) and a task per group (a prefill of more
+    /// than `QUERY_ROWS` rows) compute each head the same way: every row of a 40-row
+    /// prefill equals the same row attended alone, bitwise, for MHA, GQA and MQA, with
+    /// and without a window.
+    #[test]
+    fn a_task_per_query_head_changes_no_bit() {
+        let mut rng = Rng::new(7);
+        for (n_heads, n_kv_heads) in [(4, 4), (9, 3), (4, 1)] {
+            let heads = Heads {
+                n_heads,
+                n_kv_heads,
+                head_dim: 80, // a full value block and a tail: both sum orders run
+            };
+            let (q_dim, kv_dim) = (n_heads * 80, n_kv_heads * 80);
+            let n = 40;
+            let kv_mul = n_heads / n_kv_heads;
+            // The prefill takes whole groups; a row alone, a task per head.
+            assert_eq!(task_heads(n, kv_mul, false), kv_mul);
+            assert_eq!(task_heads(1, kv_mul, false), 1);
+            let q = random(&mut rng, n * q_dim);
+            let keys = random(&mut rng, n * kv_dim);
+            let values = random(&mut rng, n * kv_dim);
+            for window in [None, Some(7)] {
+                let rows = Contiguous::new(&keys, &values, kv_dim);
+                let (all, _) = attention_observed(&rows, &q, 0, heads, window, false);
+                for i in 0..n {
+                    let alone = Contiguous::new(
+                        &keys[..(i + 1) * kv_dim],
+                        &values[..(i + 1) * kv_dim],
+                        kv_dim,
+                    );
+                    let q_i = &q[i * q_dim..][..q_dim];
+                    let (one, _) = attention_observed(&alone, q_i, i, heads, window, false);
+                    assert_eq!(
+                        one.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                        all[i * q_dim..][..q_dim]
+                            .iter()
+                            .map(|x| x.to_bits())
+                            .collect::<Vec<_>>(),
+                        "row {i}, {n_heads}/{n_kv_heads} heads, window {window:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// What H2O reads (`received`) is summed task by task; a call that observes keeps
+    /// whole groups, so one row alone sums in the order a prefill's rows do.
+    #[test]
+    fn an_observing_call_keeps_whole_groups() {
+        assert_eq!(task_heads(1, 3, true), 3);
+        assert_eq!(task_heads(QUERY_ROWS + 1, 3, false), 3);
     }
 }

@@ -83,6 +83,10 @@ fn plot_draws_svgs_and_captions_from_the_fixtures() {
     assert!(read("roofline.svg").contains("arithmetic intensity"));
     // Two budgets: both commands named; the fixture's upper triangle is all zero.
     assert!(read("capacity.md").contains("--budget 128MiB"));
+    // The paged/preallocated ratio has its own panel: log-log axes hide a 1.5x gap.
+    assert!(read("capacity.svg").contains("paged / preallocated"));
+    // The roof on a log axis, so every concurrency's roof is on the page.
+    assert!(read("batch_throughput.svg").contains("log scale"));
     assert!(read("attention_map.md").contains("0 of 3 such cells are not 0"));
     assert!(read("attention_map.svg").contains("cat"));
     // Each drafter's best measured speedup, at its k, with α and the prediction there;

@@ -8,57 +8,25 @@ use super::chart::{self, Axis, Chart, Series, Style, BLUE, GREY, RED};
 use super::data::{array, field, num, Data};
 use chart::DrawResult;
 use plotters::prelude::*;
+use serde_json::Value;
 
 const FILE: &str = "batching.json";
 
 pub fn batch_throughput(data: &Data) -> DrawResult<(String, String)> {
     let report = data.json(FILE)?;
     let points = array(&report, "points")?;
-    let pts = |key: &str| -> DrawResult<Vec<(f64, f64)>> {
-        points
-            .iter()
-            .map(|p| Ok((num(p, "concurrency")?, num(p, key)?)))
-            .collect()
-    };
     let roof_step_ms = num(&report, "roof_step_ms")?;
-    // The roofline's prediction: c decode rows cost one weight stream.
-    let roof: Vec<(f64, f64)> = pts("continuous_tok_s")?
-        .iter()
-        .map(|&(c, _)| (c, c * 1e3 / roof_step_ms))
-        .collect();
-    let continuous = pts("continuous_tok_s")?;
-    let sequential = pts("sequential_tok_s")?;
-    let y_max = continuous
-        .iter()
-        .chain(&sequential)
-        .map(|p| p.1)
-        .fold(1.0, f64::max);
-    let c_max = continuous.iter().map(|p| p.0).fold(1.0, f64::max);
-    let chart = Chart {
-        title: "output tokens/s vs concurrent requests".into(),
-        x: Axis::log("concurrent requests").with_range(0.8, c_max * 1.25),
-        y: Axis::linear("output tokens/s").with_range(0.0, y_max * 1.3),
-        series: vec![
-            Series::new(
-                "continuous batching",
-                BLUE,
-                Style::LinePoints,
-                continuous.clone(),
-            ),
-            Series::new("one at a time", RED, Style::LinePoints, sequential.clone()),
-            Series::new(
-                "bandwidth roof: c rows per weight stream (dashed)",
-                GREY,
-                Style::Dashed,
-                roof.into_iter().filter(|p| p.1 <= y_max * 1.3).collect(),
-            ),
-        ],
-        legend: SeriesLabelPosition::UpperLeft,
-    };
+    let chart = throughput_chart(&report)?;
     let svg = chart::svg(chart::SIZE, |root| chart::draw(root, &chart))?;
     let mut parts = Vec::new();
+    let mut of_roof = Vec::new();
     let mut all_identical = true;
     for p in points {
+        let c = num(p, "concurrency")?;
+        of_roof.push(format!(
+            "{c}: {:.0}%",
+            100.0 * num(p, "continuous_tok_s")? * roof_step_ms / (c * 1e3)
+        ));
         all_identical &= field(p, "tokens_identical")?.as_bool() == Some(true);
         parts.push(format!(
             "{}: {:.2}x{}",
@@ -72,8 +40,9 @@ pub fn batch_throughput(data: &Data) -> DrawResult<(String, String)> {
         ));
     }
     let what = format!(
-        "Output tokens/s of greedy requests all submitted at once through the continuous engine (blue) and run one at a time (red); the dashed line is the bandwidth roof's prediction, c tokens per {roof_step_ms:.1} ms weight stream. Speedup of batching, by number of requests: {}. {}",
+        "Output tokens/s of greedy requests all submitted at once through the continuous engine (blue) and run one at a time (red); the dashed line is the bandwidth roof's prediction, c tokens per {roof_step_ms:.1} ms weight stream (y axis logarithmic). Speedup of batching, by number of requests: {}. Continuous batching's share of the roof: {}. {}",
         parts.join(", "),
+        of_roof.join(", "),
         if all_identical {
             "Tokens identical between the two in every run."
         } else {
@@ -81,6 +50,71 @@ pub fn batch_throughput(data: &Data) -> DrawResult<(String, String)> {
         }
     );
     Ok((svg, what))
+}
+
+/// Tokens/s against concurrency: both engines and the bandwidth roof, the roof whole at
+/// every concurrency. It grows c-fold while the measured lines flatten, an order of
+/// magnitude below it at 16 requests, so the y axis is logarithmic and spans all three;
+/// the x axis marks only the measured concurrencies (plotters' log axis draws a gridline
+/// at every unit, a grey band between 5 and 11).
+fn throughput_chart(report: &Value) -> DrawResult<Chart> {
+    let points = array(report, "points")?;
+    let pts = |key: &str| -> DrawResult<Vec<(f64, f64)>> {
+        points
+            .iter()
+            .map(|p| Ok((num(p, "concurrency")?, num(p, key)?)))
+            .collect()
+    };
+    let roof_step_ms = num(report, "roof_step_ms")?;
+    let continuous = pts("continuous_tok_s")?;
+    let sequential = pts("sequential_tok_s")?;
+    // The roofline's prediction: c decode rows cost one weight stream.
+    let roof: Vec<(f64, f64)> = continuous
+        .iter()
+        .map(|&(c, _)| (c, c * 1e3 / roof_step_ms))
+        .collect();
+    let ys = || {
+        continuous
+            .iter()
+            .chain(&sequential)
+            .chain(&roof)
+            .map(|p| p.1)
+            .filter(|y| y.is_finite() && *y > 0.0)
+    };
+    let y_lo = ys().fold(f64::INFINITY, f64::min);
+    let y_hi = ys().fold(0.0, f64::max);
+    let (y_lo, y_hi) = if y_lo.is_finite() && y_hi > 0.0 {
+        (y_lo / 1.4, y_hi * 1.4)
+    } else {
+        (1.0, 10.0)
+    };
+    let c_max = continuous.iter().map(|p| p.0).fold(1.0, f64::max);
+    let concurrencies: Vec<f64> = continuous.iter().map(|p| p.0).collect();
+    // 1-2-5 ticks when they are enough to read the axis by (a span under a decade may
+    // hold one or none of them): plotters' own otherwise.
+    let mut y = Axis::log("output tokens/s (log scale)").with_range(y_lo, y_hi);
+    let ticks = chart::log_ticks(y_lo, y_hi);
+    if ticks.len() >= 3 {
+        y = y.with_ticks(ticks);
+    }
+    Ok(Chart {
+        title: "output tokens/s vs concurrent requests".into(),
+        x: Axis::log("concurrent requests")
+            .with_range(0.8, c_max * 1.25)
+            .with_ticks(concurrencies),
+        y,
+        series: vec![
+            Series::new("continuous batching", BLUE, Style::LinePoints, continuous),
+            Series::new("one at a time", RED, Style::LinePoints, sequential),
+            Series::new(
+                "bandwidth roof: c rows per weight stream (dashed)",
+                GREY,
+                Style::Dashed,
+                roof,
+            ),
+        ],
+        legend: SeriesLabelPosition::UpperLeft,
+    })
 }
 
 pub fn decode_stall(data: &Data) -> DrawResult<(String, String)> {
@@ -121,4 +155,42 @@ pub fn decode_stall(data: &Data) -> DrawResult<(String, String)> {
         parts.join("; ")
     );
     Ok((svg, what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chart::Scale;
+    use serde_json::json;
+
+    #[test]
+    fn the_throughput_chart_holds_the_whole_roof_on_a_log_axis() {
+        let roof_step_ms = 9.36;
+        let points: Vec<Value> = [(1, 42.0, 45.0), (2, 43.0, 82.0), (4, 48.0, 127.0)]
+            .into_iter()
+            .chain([(8, 45.0, 202.0), (16, 46.0, 249.0)])
+            .map(|(c, seq, cont)| {
+                json!({"concurrency": c, "sequential_tok_s": seq, "continuous_tok_s": cont})
+            })
+            .collect();
+        let report = json!({"roof_step_ms": roof_step_ms, "points": points});
+        let chart = throughput_chart(&report).unwrap();
+        let roof = chart
+            .series
+            .iter()
+            .find(|s| s.name.starts_with("bandwidth roof"))
+            .unwrap();
+        // Every concurrency's roof point, none cut off, and all of them inside the y range.
+        assert_eq!(roof.points.len(), 5);
+        let (lo, hi) = chart.y.range.unwrap();
+        for s in &chart.series {
+            for &(_, y) in &s.points {
+                assert!(lo <= y && y <= hi, "{} at {y} outside {lo}..{hi}", s.name);
+            }
+        }
+        assert!(hi >= 16.0 * 1e3 / roof_step_ms);
+        assert!(chart.y.scale == Scale::Log && chart.y.label.contains("log"));
+        // The x gridlines: the measured concurrencies only.
+        assert_eq!(chart.x.ticks, Some(vec![1.0, 2.0, 4.0, 8.0, 16.0]));
+    }
 }

@@ -2,9 +2,13 @@
 //! linear or logarithmic, with a legend. Axes, ticks, log scales and the legend come from
 //! plotters; this file only says which series to draw and how.
 
-use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
+use plotters::coord::ranged1d::{
+    AsRangedCoord, DefaultFormatting, KeyPointHint, Ranged, ValueFormatter,
+};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use std::ops::Range;
 
 pub type DrawResult<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -29,6 +33,9 @@ pub struct Axis {
     pub scale: Scale,
     /// `None`: from the data (0 at the bottom on a linear axis).
     pub range: Option<(f64, f64)>,
+    /// `Some`: ticks and gridlines at these values only (no light lines between them);
+    /// `None`: plotters' own.
+    pub ticks: Option<Vec<f64>>,
 }
 
 impl Axis {
@@ -37,6 +44,7 @@ impl Axis {
             label: label.into(),
             scale: Scale::Linear,
             range: None,
+            ticks: None,
         }
     }
     pub fn log(label: &str) -> Axis {
@@ -44,11 +52,85 @@ impl Axis {
             label: label.into(),
             scale: Scale::Log,
             range: None,
+            ticks: None,
         }
     }
     pub fn with_range(mut self, lo: f64, hi: f64) -> Axis {
         self.range = Some((lo, hi));
         self
+    }
+    /// Ticks and gridlines at `at` only (those inside the range).
+    pub fn with_ticks(mut self, at: Vec<f64>) -> Axis {
+        self.ticks = Some(at);
+        self
+    }
+}
+
+/// The 1-2-5 values (…, 10, 20, 50, 100, …) in `lo..=hi`: ticks for a log axis that
+/// spans a decade or two, where plotters' own mark every unit between the powers of 10.
+pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    if !(lo > 0.0 && hi >= lo && hi.is_finite()) {
+        return out;
+    }
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi {
+        for m in [1.0, 2.0, 5.0] {
+            let v = m * decade;
+            if v >= lo && v <= hi {
+                out.push(v);
+            }
+        }
+        decade *= 10.0;
+    }
+    out
+}
+
+/// An axis's coordinate with its key points replaced by [`Axis::ticks`] when it has some.
+struct Ticks<R> {
+    inner: R,
+    at: Option<Vec<f64>>,
+}
+
+impl<R: Ranged<ValueType = f64>> Ticks<R> {
+    fn new(coord: impl Into<R>, axis: &Axis) -> Ticks<R> {
+        Ticks {
+            inner: coord.into(),
+            at: axis.ticks.clone(),
+        }
+    }
+}
+
+impl<R: Ranged<ValueType = f64>> Ranged for Ticks<R> {
+    type ValueType = f64;
+    type FormatOption = DefaultFormatting;
+
+    fn range(&self) -> Range<f64> {
+        self.inner.range()
+    }
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        let Some(at) = &self.at else {
+            return self.inner.key_points(hint);
+        };
+        // The light gridlines are asked for with a hint that allows light points: none.
+        if hint.weight().allow_light_points() {
+            return Vec::new();
+        }
+        let r = self.inner.range();
+        let (lo, hi) = (r.start.min(r.end), r.start.max(r.end));
+        at.iter()
+            .copied()
+            .filter(|v| *v >= lo && *v <= hi)
+            .collect()
+    }
+
+    fn axis_pixel_range(&self, limit: (i32, i32)) -> Range<i32> {
+        self.inner.axis_pixel_range(limit)
     }
 }
 
@@ -163,11 +245,14 @@ where
             .flat_map(|s| s.points.iter().map(|p| p.1)),
     );
     let (x, y) = (xs.0..xs.1, ys.0..ys.1);
-    match (chart.x.scale, chart.y.scale) {
-        (Scale::Linear, Scale::Linear) => draw_in(area, chart, x, y),
-        (Scale::Linear, Scale::Log) => draw_in(area, chart, x, y.log_scale()),
-        (Scale::Log, Scale::Linear) => draw_in(area, chart, x.log_scale(), y),
-        (Scale::Log, Scale::Log) => draw_in(area, chart, x.log_scale(), y.log_scale()),
+    let lin = |r: Range<f64>, axis: &Axis| Ticks::<RangedCoordf64>::new(r, axis);
+    let log = |r: Range<f64>, axis: &Axis| Ticks::<LogCoord<f64>>::new(r.log_scale(), axis);
+    let (ax, ay) = (&chart.x, &chart.y);
+    match (ax.scale, ay.scale) {
+        (Scale::Linear, Scale::Linear) => draw_in(area, chart, lin(x, ax), lin(y, ay)),
+        (Scale::Linear, Scale::Log) => draw_in(area, chart, lin(x, ax), log(y, ay)),
+        (Scale::Log, Scale::Linear) => draw_in(area, chart, log(x, ax), lin(y, ay)),
+        (Scale::Log, Scale::Log) => draw_in(area, chart, log(x, ax), log(y, ay)),
     }
 }
 
@@ -266,4 +351,36 @@ pub fn svg(
         root.present()?;
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plotters::coord::ranged1d::BoldPoints;
+
+    #[test]
+    fn log_ticks_are_the_1_2_5_values_inside_the_range() {
+        assert_eq!(
+            log_ticks(30.0, 2400.0),
+            vec![50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0]
+        );
+        assert_eq!(log_ticks(1.0, 1.0), vec![1.0]);
+        assert!(log_ticks(0.0, 10.0).is_empty());
+    }
+
+    #[test]
+    fn an_axis_with_ticks_has_gridlines_there_only() {
+        let axis = Axis::log("c").with_ticks(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0]);
+        let log = |axis: &Axis| Ticks::<LogCoord<f64>>::new((0.8..20.0).log_scale(), axis);
+        let ticked = log(&axis);
+        // Bold: the ticks inside the range; light (any weight): none.
+        assert_eq!(
+            ticked.key_points(BoldPoints(10)),
+            vec![1.0, 2.0, 4.0, 8.0, 16.0]
+        );
+        assert!(ticked.key_points(100usize).is_empty());
+        // Without ticks, plotters' own: a line per unit and more, the grey band.
+        let own = log(&Axis::log("c"));
+        assert!(own.key_points(100usize).len() > 10);
+    }
 }

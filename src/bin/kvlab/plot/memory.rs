@@ -2,7 +2,7 @@
 //! side (`kvlab trace`), requests per budget (`kvlab capacity`), prefix-hit TTFT
 //! (`kvlab prefix`) and multi-turn TTFT with and without reuse (`kvlab chat`).
 
-use super::chart::{self, Axis, Chart, DrawResult, Series, Style, BLUE, GREEN, PURPLE, RED};
+use super::chart::{self, Axis, Chart, DrawResult, Series, Style, BLUE, GREEN, GREY, PURPLE, RED};
 use super::data::{array, field, num, nums, thousands, Data};
 use plotters::prelude::*;
 use serde_json::Value;
@@ -76,9 +76,13 @@ fn layouts(rows: &[Value]) -> Vec<String> {
     names
 }
 
-/// One column per layout: memory (MiB) on top, decode step time (ms) below, each row
-/// sharing its y axis. `kvlab trace` draws its own trace.svg with this too.
-pub fn trace_svg(rows: &[Value], title: &str) -> DrawResult<String> {
+/// Colours of the layouts' lines in the shared step-time panel (red and blue are taken:
+/// reserved and used).
+const LAYOUT_COLORS: [RGBColor; 5] = [GREEN, PURPLE, GREY, BLUE, RED];
+
+/// The trace's charts: one memory chart per layout (MiB reserved and used after each
+/// step, all on one y range), and one decode-step-time chart with a line per layout.
+fn trace_charts(rows: &[Value]) -> DrawResult<(Vec<Chart>, Chart)> {
     let names = layouts(rows);
     let mem_max = rows
         .iter()
@@ -91,59 +95,79 @@ pub fn trace_svg(rows: &[Value], title: &str) -> DrawResult<String> {
         .filter(decode)
         .filter_map(|r| r.get("step_ms")?.as_f64())
         .fold(1e-3, f64::max);
-    let cols = names.len().max(1);
-    chart::svg((360 * cols as u32, 620), |root| {
+    let mut memory = Vec::new();
+    let mut times = Vec::new();
+    for (name, color) in names.iter().zip(LAYOUT_COLORS.iter().cycle()) {
+        let mine: Vec<&Value> = rows
+            .iter()
+            .filter(|r| r.get("layout").and_then(Value::as_str) == Some(name))
+            .collect();
+        let pts = |key: &str, only_decode: bool| -> DrawResult<Vec<(f64, f64)>> {
+            mine.iter()
+                .filter(|r| !only_decode || decode(r))
+                .map(|r| Ok((num(r, "step")?, num(r, key)?)))
+                .collect()
+        };
+        let mib = |v: Vec<(f64, f64)>| v.into_iter().map(|(x, y)| (x, y / MIB)).collect();
+        memory.push(Chart {
+            title: format!("{name}: memory"),
+            x: Axis::linear("step (0 = before prefill, 1 = prefill)"),
+            y: Axis::linear("KV cache MiB").with_range(0.0, mem_max * 1.3),
+            series: vec![
+                Series::new(
+                    "reserved",
+                    RED,
+                    Style::Step,
+                    mib(pts("bytes_reserved", false)?),
+                ),
+                Series::new(
+                    "used (live tokens)",
+                    BLUE,
+                    Style::Step,
+                    mib(pts("bytes_used", false)?),
+                ),
+            ],
+            legend: SeriesLabelPosition::UpperLeft,
+        });
+        times.push(Series::new(
+            name,
+            *color,
+            Style::Line,
+            pts("step_ms", true)?,
+        ));
+    }
+    // One panel for every layout's step times, so that they are compared on one axis and
+    // take a strip, not a row; the x axis runs a quarter past the last step, and the
+    // legend sits in that room, clear of the lines.
+    let last_step = rows
+        .iter()
+        .filter_map(|r| r.get("step")?.as_f64())
+        .fold(1.0, f64::max);
+    let steps = Chart {
+        title: "decode step time, every layout (the prefill, step 1, left out)".into(),
+        x: Axis::linear("step").with_range(0.0, last_step * 1.25),
+        y: Axis::linear("ms").with_range(0.0, ms_max * 1.15),
+        series: times,
+        legend: SeriesLabelPosition::MiddleRight,
+    };
+    Ok((memory, steps))
+}
+
+/// One memory panel per layout (MiB, sharing their y range) side by side, and under them
+/// one shorter panel of the decode step times, a line per layout. `kvlab trace` draws its
+/// own trace.svg with this too.
+pub fn trace_svg(rows: &[Value], title: &str) -> DrawResult<String> {
+    let (memory, steps) = trace_charts(rows)?;
+    let cols = memory.len().max(1);
+    chart::svg((360 * cols as u32, 34 + 290 + 210), |root| {
         let (head, body) = root.split_vertically(34);
         head.draw(&Text::new(title, (12, 8), ("sans-serif", 17)))?;
-        let panels = body.split_evenly((2, cols));
-        for (c, name) in names.iter().enumerate() {
-            let mine: Vec<&Value> = rows
-                .iter()
-                .filter(|r| r.get("layout").and_then(Value::as_str) == Some(name))
-                .collect();
-            let pts = |key: &str, only_decode: bool| -> DrawResult<Vec<(f64, f64)>> {
-                mine.iter()
-                    .filter(|r| !only_decode || decode(r))
-                    .map(|r| Ok((num(r, "step")?, num(r, key)?)))
-                    .collect()
-            };
-            let mib = |v: Vec<(f64, f64)>| v.into_iter().map(|(x, y)| (x, y / MIB)).collect();
-            let memory = Chart {
-                title: format!("{name}: memory"),
-                x: Axis::linear("step (0 = before prefill, 1 = prefill)"),
-                y: Axis::linear("KV cache MiB").with_range(0.0, mem_max * 1.3),
-                series: vec![
-                    Series::new(
-                        "reserved",
-                        RED,
-                        Style::Step,
-                        mib(pts("bytes_reserved", false)?),
-                    ),
-                    Series::new(
-                        "used (live tokens)",
-                        BLUE,
-                        Style::Step,
-                        mib(pts("bytes_used", false)?),
-                    ),
-                ],
-                legend: SeriesLabelPosition::UpperLeft,
-            };
-            chart::draw(&panels[c], &memory)?;
-            let latency = Chart {
-                title: format!("{name}: decode step time"),
-                x: Axis::linear("step"),
-                y: Axis::linear("ms").with_range(0.0, ms_max * 1.3),
-                series: vec![Series::new(
-                    "step latency",
-                    GREEN,
-                    Style::Line,
-                    pts("step_ms", true)?,
-                )],
-                legend: SeriesLabelPosition::LowerRight,
-            };
-            chart::draw(&panels[cols + c], &latency)?;
+        let (top, bottom) = body.split_vertically(290);
+        let panels = top.split_evenly((1, cols));
+        for (panel, chart) in panels.iter().zip(&memory) {
+            chart::draw(panel, chart)?;
         }
-        Ok(())
+        chart::draw(&bottom, &steps)
     })
 }
 
@@ -189,54 +213,120 @@ pub fn cache_layouts(data: &Data) -> DrawResult<(String, String)> {
         ));
     }
     let what = format!(
-        "The same request (a {prompt:.0}-token chat prompt, {steps} new tokens) run once per KV cache layout; top: bytes reserved and bytes holding live positions after each step, bottom: each decode step's time (the prefill, step 1, is left out). {}. The step times jitter with whatever else the machine runs.",
+        "The same request (a {prompt:.0}-token chat prompt, {steps} new tokens) run once per KV cache layout; top: bytes reserved and bytes holding live positions after each step, one panel per layout; bottom: each decode step's time, one line per layout (the prefill, step 1, is left out). {}. The step times jitter with whatever else the machine runs.",
         facts.join("; ")
     );
     Ok((svg, what))
 }
 
-pub fn capacity(data: &Data) -> DrawResult<(String, String)> {
-    let runs = data.jsonl("capacity.jsonl")?;
+/// Requests admitted per budget on log-log axes (paged and preallocated), and under them
+/// the ratio paged / preallocated on a linear axis from 0, where a 1.5x gap shows as
+/// half again the height, with 1x (no gain) dashed. Both panels share the x range.
+fn capacity_charts(runs: &[Value]) -> DrawResult<(Chart, Chart)> {
     let mut pre = Vec::new();
     let mut paged = Vec::new();
-    for r in &runs {
+    let mut ratio = Vec::new();
+    for r in runs {
         let budget = num(r, "budget_bytes")? / MIB;
-        pre.push((budget, num(field(r, "preallocated")?, "requests")?));
-        paged.push((budget, num(field(r, "paged")?, "requests")?));
+        let p = num(field(r, "preallocated")?, "requests")?;
+        let g = num(field(r, "paged")?, "requests")?;
+        pre.push((budget, p));
+        paged.push((budget, g));
+        if p > 0.0 {
+            ratio.push((budget, g / p));
+        }
     }
-    let last = runs.last().ok_or("capacity.jsonl is empty")?;
-    let chart = Chart {
+    let budgets = || pre.iter().map(|p: &(f64, f64)| p.0).filter(|b| *b > 0.0);
+    let (b_lo, b_hi) = (
+        budgets().fold(f64::INFINITY, f64::min),
+        budgets().fold(0.0, f64::max),
+    );
+    let (b_lo, b_hi) = if b_lo.is_finite() && b_hi > 0.0 {
+        (b_lo / 1.5, b_hi * 1.5)
+    } else {
+        (1.0, 10.0)
+    };
+    let counts = Chart {
         title: "Requests that fit in a KV cache budget".into(),
-        x: Axis::log("KV cache budget (MiB)"),
+        x: Axis::log("KV cache budget (MiB)").with_range(b_lo, b_hi),
         y: Axis::log("concurrent requests admitted"),
         series: vec![
             Series::new(
                 "paged: blocks taken as the sequence grows",
                 BLUE,
                 Style::LinePoints,
-                paged.clone(),
+                paged,
             ),
             Series::new(
                 "preallocated: prompt + max_new_tokens reserved",
                 RED,
                 Style::LinePoints,
-                pre.clone(),
+                pre,
             ),
         ],
         legend: SeriesLabelPosition::UpperLeft,
     };
-    let svg = chart::svg(chart::SIZE, |root| chart::draw(root, &chart))?;
-    let (p_last, g_last) = (pre.last().ok_or("no runs")?, paged.last().ok_or("no runs")?);
+    let r_max = ratio.iter().map(|p| p.1).fold(1.0, f64::max);
+    let mut gain = Series::new(
+        "paged / preallocated",
+        PURPLE,
+        Style::LinePoints,
+        ratio.clone(),
+    );
+    let r_top = r_max * 1.3;
+    // A few round ticks, no light gridlines: a short panel would be all grey with them.
+    let r_step = [0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+        .into_iter()
+        .find(|s| r_top / s <= 6.0)
+        .unwrap_or(r_top / 4.0);
+    // Each ratio written just above its point (a note's corner is its top left).
+    for &(b, r) in &ratio {
+        gain = gain.note(b, r + 0.16 * r_top, format!("{r:.2}x"));
+    }
+    let ratio_chart = Chart {
+        title: "Paged over preallocated: requests admitted".into(),
+        x: Axis::log("KV cache budget (MiB)").with_range(b_lo, b_hi),
+        y: Axis::linear("paged / preallocated (x)")
+            .with_range(0.0, r_top)
+            .with_ticks(
+                (0..=(r_top / r_step) as usize)
+                    .map(|i| i as f64 * r_step)
+                    .collect(),
+            ),
+        series: vec![
+            Series::new(
+                "1x: as many requests",
+                GREY,
+                Style::Dashed,
+                vec![(b_lo, 1.0), (b_hi, 1.0)],
+            ),
+            gain,
+        ],
+        legend: SeriesLabelPosition::LowerRight,
+    };
+    Ok((counts, ratio_chart))
+}
+
+pub fn capacity(data: &Data) -> DrawResult<(String, String)> {
+    let runs = data.jsonl("capacity.jsonl")?;
+    let last = runs.last().ok_or("capacity.jsonl is empty")?;
+    let (counts, ratio) = capacity_charts(&runs)?;
+    // The ratio's panel is shorter, under the counts, on the same budgets.
+    let svg = chart::svg((chart::SIZE.0, chart::SIZE.1 + 260), |root| {
+        let (top, bottom) = root.split_vertically(chart::SIZE.1);
+        chart::draw(&top, &counts)?;
+        chart::draw(&bottom, &ratio)
+    })?;
     let what = format!(
-        "How many requests of one seeded mix (prompts log-uniform from 16 to the longest, outputs uniform up to max_new_tokens = {:.0}; mean prompt {:.0}, mean output {:.0} tokens; {:.0} positions per block) fit in each KV budget, admitted in arrival order, SmolLM2-135M's cache shape (f32, {} bytes per token). At {:.0} MiB: {:.0} preallocated vs {:.0} paged ({:.1}x); the preallocated reservations are {:.0}% never written, the paged ones {:.1}%. Paged / preallocated at each budget, smallest first: {} (a small budget holds few requests, so one more or less moves the ratio).",
+        "How many requests of one seeded mix (prompts log-uniform from 16 to the longest, outputs uniform up to max_new_tokens = {:.0}; mean prompt {:.0}, mean output {:.0} tokens; {:.0} positions per block) fit in each KV budget, admitted in arrival order, SmolLM2-135M's cache shape (f32, {} bytes per token). At {:.0} MiB: {:.0} preallocated vs {:.0} paged ({:.1}x); the preallocated reservations are {:.0}% never written, the paged ones {:.1}%. Bottom: paged / preallocated at each budget, smallest first: {} (a small budget holds few requests, so one more or less moves the ratio).",
         num(last, "max_new_tokens")?,
         num(last, "mean_prompt_len")?,
         num(last, "mean_output_len")?,
         num(last, "block_size")?,
         thousands(num(last, "bytes_per_token")? as usize),
-        p_last.0,
-        p_last.1,
-        g_last.1,
+        num(last, "budget_bytes")? / MIB,
+        num(field(last, "preallocated")?, "requests")?,
+        num(field(last, "paged")?, "requests")?,
         num(last, "gain")?,
         100.0 * num(field(last, "preallocated")?, "waste")?,
         100.0 * num(field(last, "paged")?, "waste")?,
@@ -508,4 +598,72 @@ pub fn multi_turn(data: &Data) -> DrawResult<(String, String)> {
         reuse.iter().zip(&fresh).all(|(a, b)| a.get("reply") == b.get("reply")),
     );
     Ok((svg, what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn trace_rows() -> Vec<Value> {
+        let mut rows = Vec::new();
+        for layout in ["preallocated", "growable", "paged"] {
+            for step in 0..6 {
+                rows.push(json!({
+                    "layout": layout, "step": step, "positions": 10 + step,
+                    "bytes_reserved": 4.0 * MIB, "bytes_used": step as f64 * MIB / 2.0,
+                    "bytes_copied": 0, "step_ms": if step == 1 { 100.0 } else { 30.0 },
+                }));
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn the_trace_has_one_step_time_panel_for_every_layout() {
+        let rows = trace_rows();
+        let (memory, steps) = trace_charts(&rows).unwrap();
+        assert_eq!(memory.len(), 3);
+        let names: Vec<&str> = steps.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["preallocated", "growable", "paged"]);
+        // Decode steps only (2..=5): the prefill's 100 ms is left out.
+        for s in &steps.series {
+            assert_eq!(s.points.first(), Some(&(2.0, 30.0)));
+            assert_eq!(s.points.len(), 4);
+        }
+        let svg = trace_svg(&rows, "trace").unwrap();
+        assert_eq!(svg.matches("decode step time").count(), 1);
+        assert_eq!(svg.matches(": memory").count(), 3);
+    }
+
+    #[test]
+    fn the_capacity_figure_has_a_ratio_panel() {
+        let run = |mib: f64, pre: f64, paged: f64| {
+            json!({
+                "budget_bytes": mib * MIB,
+                "preallocated": {"requests": pre},
+                "paged": {"requests": paged},
+            })
+        };
+        let runs = [
+            run(64.0, 2.0, 2.0),
+            run(128.0, 4.0, 5.0),
+            run(4096.0, 117.0, 176.0),
+        ];
+        let (counts, ratio) = capacity_charts(&runs).unwrap();
+        let gain = ratio
+            .series
+            .iter()
+            .find(|s| s.name == "paged / preallocated")
+            .expect("a ratio series");
+        let ys: Vec<f64> = gain.points.iter().map(|p| p.1).collect();
+        assert_eq!(ys[..2], [1.0, 1.25]);
+        assert!((ys[2] - 176.0 / 117.0).abs() < 1e-12);
+        // A linear axis from 0 holding every ratio; the same budgets as the counts above.
+        assert!(ratio.y.scale == chart::Scale::Linear);
+        let (lo, hi) = ratio.y.range.unwrap();
+        assert!(lo == 0.0 && ys.iter().all(|&y| y < hi));
+        assert_eq!(ratio.x.range, counts.x.range);
+        assert_eq!(counts.series.len(), 2);
+    }
 }
