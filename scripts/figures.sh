@@ -201,7 +201,7 @@ fi
 # in data/replay_*.json (data only, no figure). ONLY=replay_pool_int8 runs one.
 REPLAYS=${REPLAYS:-book/src/replays}
 mkdir -p "$REPLAYS"
-for scenario in prefix-sharing stall-continuous stall-chunked preemption pool-f32 pool-int8; do
+for scenario in prefix-sharing stall-continuous stall-chunked preemption pool-f32 pool-int8 pool-sliding; do
     measure "replay_${scenario//-/_}.json" -- record "$scenario" --model "$MODEL" --out "$REPLAYS/$scenario.json" --json
 done
 # The live view's screenshots (book/src/figures/live-view.png, live-view-replay.png), taken

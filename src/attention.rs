@@ -24,6 +24,7 @@
 use crate::cache::rows::{Contiguous, KvHeads};
 use crate::cache::view::KvView;
 use crate::config::Config;
+use crate::mask::Window;
 use crate::ops::softmax;
 use rayon::prelude::*;
 
@@ -83,15 +84,15 @@ pub fn attention_over<R: KvHeads + ?Sized>(
 /// in a fixed order (rows, then heads within a task; tasks in order), so two caches
 /// that hand attention the same rows get the same bits.
 ///
-/// `window`: a local layer's (Gemma 3): the query at position `p` sees only positions
-/// `p + 1 - window ..= p`, the sliding-window mask (Beltagy et al. 2020) added to the
-/// causal one. `None` is the whole prefix.
+/// `window`: the sliding-window mask added to the causal one ([`Window`]): the query at
+/// position `p` sees the first `sinks` positions and the last `size - sinks` up to
+/// itself. Gemma 3's local layers (no sinks) and `--kv sliding`. `None`: the whole prefix.
 pub fn attention_observed<R: KvHeads + ?Sized>(
     rows: &R,
     q: &[f32],
     start_pos: usize,
     heads: Heads,
-    window: Option<usize>,
+    window: Option<Window>,
     observe: bool,
 ) -> (Vec<f32>, Vec<f32>) {
     let Heads {
@@ -105,36 +106,34 @@ pub fn attention_observed<R: KvHeads + ?Sized>(
     let q_dim = n_heads * head_dim;
     let n = q.len() / q_dim;
     let per_task = task_heads(n, kv_mul, observe);
-    // (first row, KV head, first query head of the group): the task's query heads are
-    // `g0..g0 + per_task` of that KV head's group.
-    let tasks: Vec<(usize, usize, usize)> = (0..n)
+    // (first row, first query head): a task takes query heads `h0..h0 + per_task`,
+    // which `per_task` dividing `kv_mul` keeps inside one KV head's group.
+    let tasks: Vec<(usize, usize)> = (0..n)
         .step_by(QUERY_ROWS)
-        .flat_map(|i0| {
-            (0..n_kv_heads).flat_map(move |kv_head| {
-                (0..kv_mul)
-                    .step_by(per_task)
-                    .map(move |g0| (i0, kv_head, g0))
-            })
-        })
+        .flat_map(|i0| (0..n_heads).step_by(per_task).map(move |h0| (i0, h0)))
         .collect();
     let outputs: Vec<(Vec<f32>, Vec<f32>)> = tasks
         .par_iter()
-        .map(|&(i0, kv_head, g0)| {
+        .map(|&(i0, h0)| {
             let q_rows = &q[i0 * q_dim..(n.min(i0 + QUERY_ROWS)) * q_dim];
-            let group = Group {
-                kv_head,
-                heads: g0..g0 + per_task,
-            };
-            attend_group(rows, q_rows, start_pos + i0, group, heads, window, observe)
+            let task_heads = h0..h0 + per_task;
+            attend_group(
+                rows,
+                q_rows,
+                start_pos + i0,
+                task_heads,
+                heads,
+                window,
+                observe,
+            )
         })
         .collect();
     let mut out = vec![0.0f32; q.len()]; // [n, n_heads * head_dim]
     let mut received = vec![0.0f32; if observe { start_pos + n } else { 0 }]; // [start_pos + n]
     let task_dim = per_task * head_dim;
-    for (&(i0, kv_head, g0), (task_out, task_received)) in tasks.iter().zip(&outputs) {
-        let first_head = kv_head * kv_mul + g0;
+    for (&(i0, h0), (task_out, task_received)) in tasks.iter().zip(&outputs) {
         for (i, src) in task_out.chunks_exact(task_dim).enumerate() {
-            out[(i0 + i) * q_dim + first_head * head_dim..][..task_dim].copy_from_slice(src);
+            out[(i0 + i) * q_dim + h0 * head_dim..][..task_dim].copy_from_slice(src);
         }
         for (r, &p) in received.iter_mut().zip(task_received) {
             *r += p;
@@ -151,8 +150,9 @@ pub fn attention_observed<R: KvHeads + ?Sized>(
 /// for every head that uses it. But a decode step has one row, and a task per KV head
 /// is only `n_kv_heads` tasks: SmolLM2's 3 on 2 threads leave one thread two groups and
 /// the other one, so the step waits for 2/3 of the work on one core. A task per query
-/// head (9) shares out 5 to 4: 5/9 of the work on the busier core. Either way every head's output is computed by the same
-/// chains in the same order, so the split changes no bit of `out`. What does depend on
+/// head (9) shares out 5 to 4: 5/9 of the work on the busier core. Either way every
+/// head's output is computed by the same chains in the same order, so the split
+/// changes no bit of `out`. What does depend on
 /// it is the order in which `received` (H2O) adds the tasks' sums, so a call that
 /// observes keeps whole groups: its sums come out in one order, whatever the row count.
 fn task_heads(n_rows: usize, kv_mul: usize, observe: bool) -> usize {
@@ -163,13 +163,6 @@ fn task_heads(n_rows: usize, kv_mul: usize, observe: bool) -> usize {
     }
 }
 // ANCHOR_END: task_heads
-
-/// The query heads one task computes: `heads` (numbered within the group, `0..kv_mul`)
-/// of the group that shares KV head `kv_head`.
-struct Group {
-    kv_head: usize,
-    heads: std::ops::Range<usize>,
-}
 
 /// Query rows per attention task.
 const QUERY_ROWS: usize = 16;
@@ -213,18 +206,17 @@ pub fn score(q: &[f32], k: &[f32]) -> f32 {
 }
 // ANCHOR_END: score
 
-/// Attention of the query heads `group.heads` of the group sharing KV head
-/// `group.kv_head`, for the rows of `q_rows` (`[m, n_heads * head_dim]`, the first at
-/// position `first_pos`). Returns `[m, group.heads.len(), head_dim]`, and, when
-/// `observe` is set, the probabilities each key received from these rows and heads,
-/// `[first_pos + m]`.
+/// Attention of the query heads `task_heads` (all in one KV head's group) for the rows
+/// of `q_rows` (`[m, n_heads * head_dim]`, the first at position `first_pos`). Returns
+/// `[m, task_heads.len(), head_dim]`, and, when `observe` is set, the probabilities
+/// each key received from these rows and heads, `[first_pos + m]`.
 fn attend_group<R: KvHeads + ?Sized>(
     rows: &R,
     q_rows: &[f32],
     first_pos: usize,
-    group: Group,
+    task_heads: std::ops::Range<usize>,
     heads: Heads,
-    window: Option<usize>,
+    window: Option<Window>,
     observe: bool,
 ) -> (Vec<f32>, Vec<f32>) {
     let Heads {
@@ -232,28 +224,33 @@ fn attend_group<R: KvHeads + ?Sized>(
         n_kv_heads,
         head_dim,
     } = heads;
-    let kv_head = group.kv_head;
-    // The first query head of this task, and how many it takes.
-    let first_head = kv_head * (n_heads / n_kv_heads) + group.heads.start;
-    let n_task_heads = group.heads.len();
+    let kv_head = task_heads.start / (n_heads / n_kv_heads);
+    let (first_head, n_task_heads) = (task_heads.start, task_heads.len());
     let scale = 1.0 / (head_dim as f32).sqrt();
     let m = q_rows.len() / (n_heads * head_dim);
     // Keys 0..end: the causal horizon of the last row.
     let end = first_pos + m;
-    // The oldest key row `i` sees: 0, or the start of its window. A key no row of this
-    // task sees is never read (a local layer's decode reads `window` keys, not them all).
-    let oldest = |i: usize| window.map_or(0, |w| (first_pos + i + 1).saturating_sub(w));
+    // What row `i` sees: the sinks `0..sink_end` and the recent `recent_start..=its
+    // position` ([`Window::seen`]); without a window, all of `0..=its position`.
+    let seen = |i: usize| window.map_or((0, 0), |w| w.seen(first_pos + i));
+    // The sinks every row sees, and where the first row's recent run starts: a key in
+    // between is seen by no row of this task and never read (a local layer's decode
+    // reads `window` keys, not them all).
+    let (sinks, first_recent) = window.map_or((0, 0), |w| (w.sinks, seen(0).1));
 
     // Scores, `[m, n_task_heads, end]`: each key is read once, in place, and scored
     // against every query row and head of the group that can see it.
     let mut scores = vec![0.0f32; m * n_task_heads * end];
     // Where a quantized cache dequantizes one head's run ([`KvHeads`]); unused by f32 rows.
     let (mut key_buf, mut value_buf) = (vec![0.0f32; head_dim], vec![0.0f32; head_dim]);
-    for j in oldest(0)..end {
+    for j in (0..sinks.min(first_recent)).chain(first_recent..end) {
         let key = rows.key_head(j, kv_head, head_dim, &mut key_buf);
         // Rows whose position reaches key `j` (the causal mask), and whose window still
-        // holds it (row `i` sees `j` while `first_pos + i < j + window`).
-        let last_row = window.map_or(m, |w| m.min((j + w).saturating_sub(first_pos)));
+        // holds it: a sink while it is one, else while `first_pos + i < j + size - sinks`.
+        let last_row = match window {
+            Some(w) if j >= w.sinks => m.min((j + w.size - w.sinks).saturating_sub(first_pos)),
+            _ => m,
+        };
         for i in j.saturating_sub(first_pos)..last_row {
             for g in 0..n_task_heads {
                 let q_head = &q_rows[(i * n_heads + first_head + g) * head_dim..][..head_dim];
@@ -269,20 +266,38 @@ fn attend_group<R: KvHeads + ?Sized>(
         .zip(out.chunks_exact_mut(n_task_heads * head_dim))
         .enumerate()
     {
-        // The causal mask: position `first_pos + i` attends to positions up to its own,
-        // from the oldest its window holds.
-        let (from, seen) = (oldest(i), first_pos + i + 1);
+        // The causal mask: position `first_pos + i` attends to positions up to its own;
+        // the window's: from its sinks and its recent run only.
+        let (sink_end, recent_start) = seen(i);
+        let last = first_pos + i + 1;
         for (s, out_head) in scores_i
             .chunks_exact_mut(end)
             .zip(out_i.chunks_exact_mut(head_dim))
         {
-            let s = &mut s[from..seen];
+            // Softmax over the seen scores, gathered into one run (in place: the recent
+            // run slides down to follow the sinks; with no sinks it is already in place).
+            let s = if sink_end == 0 {
+                &mut s[recent_start..last]
+            } else {
+                s.copy_within(recent_start..last, sink_end);
+                &mut s[..sink_end + last - recent_start]
+            };
             for x in s.iter_mut() {
                 *x *= scale;
             }
             softmax(s);
-            for (r, &p) in received.iter_mut().skip(from).zip(s.iter()) {
-                *r += p;
+            // The two runs this row sees, in order, each with its probabilities.
+            let (sink_probs, recent_probs) = s.split_at(sink_end);
+            let runs = [
+                (0..sink_end, sink_probs),
+                (recent_start..last, recent_probs),
+            ];
+            if observe {
+                for (js, ps) in runs.clone() {
+                    for (j, &p) in js.zip(ps) {
+                        received[j] += p;
+                    }
+                }
             }
             // out = Σ_j p_j · v_j, in order of j, `VALUE_BLOCK` dimensions at a time
             // so that the sums stay in registers while `j` runs.
@@ -294,21 +309,25 @@ fn attend_group<R: KvHeads + ?Sized>(
                 match width {
                     VALUE_BLOCK => {
                         let mut acc = [0.0f32; VALUE_BLOCK];
-                        for (j, &p) in (from..).zip(s.iter()) {
-                            let v = rows.value_head(j, kv_head, head_dim, &mut value_buf);
-                            let v: &[f32; VALUE_BLOCK] =
-                                v[d0..][..width].try_into().expect("block");
-                            for (a, &v) in acc.iter_mut().zip(v) {
-                                *a = p.mul_add(v, *a);
+                        for (js, ps) in runs.clone() {
+                            for (j, &p) in js.zip(ps) {
+                                let v = rows.value_head(j, kv_head, head_dim, &mut value_buf);
+                                let v: &[f32; VALUE_BLOCK] =
+                                    v[d0..][..width].try_into().expect("block");
+                                for (a, &v) in acc.iter_mut().zip(v) {
+                                    *a = p.mul_add(v, *a);
+                                }
                             }
                         }
                         out_block.copy_from_slice(&acc);
                     }
                     _ => {
-                        for (j, &p) in (from..).zip(s.iter()) {
-                            let v = rows.value_head(j, kv_head, head_dim, &mut value_buf);
-                            for (o, &v) in out_block.iter_mut().zip(&v[d0..][..width]) {
-                                *o = p.mul_add(v, *o);
+                        for (js, ps) in runs.clone() {
+                            for (j, &p) in js.zip(ps) {
+                                let v = rows.value_head(j, kv_head, head_dim, &mut value_buf);
+                                for (o, &v) in out_block.iter_mut().zip(&v[d0..][..width]) {
+                                    *o = p.mul_add(v, *o);
+                                }
                             }
                         }
                     }
@@ -335,7 +354,7 @@ impl KvView<'_> {
         q: &[f32],
         rows_before: usize,
         heads: Heads,
-        window: Option<usize>,
+        window: Option<Window>,
         observe: bool,
     ) -> (Vec<f32>, Vec<f32>) {
         match self {
@@ -388,7 +407,11 @@ mod tests {
             let q = random(&mut rng, n * q_dim);
             let keys = random(&mut rng, n * kv_dim);
             let values = random(&mut rng, n * kv_dim);
-            for window in [None, Some(7)] {
+            for window in [
+                None,
+                Some(Window::plain(7)),
+                Some(Window { size: 7, sinks: 2 }),
+            ] {
                 let rows = Contiguous::new(&keys, &values, kv_dim);
                 let (all, _) = attention_observed(&rows, &q, 0, heads, window, false);
                 for i in 0..n {
@@ -408,6 +431,61 @@ mod tests {
                         "row {i}, {n_heads}/{n_kv_heads} heads, window {window:?}"
                     );
                 }
+            }
+        }
+    }
+
+    /// The sliding-window mask with sinks, against its definition: each row equals the
+    /// plain causal attention of that one query over only the positions it sees,
+    /// gathered in order ([`Indexed`] rows), bitwise. MHA, GQA and MQA; windows that
+    /// reach the sinks and windows that leave a gap; a prefill of 40 rows after 9
+    /// cached positions; and what H2O would read (`received`) lands on seen positions only.
+    #[test]
+    fn a_window_with_sinks_is_attention_over_the_positions_it_sees() {
+        use crate::cache::rows::Indexed;
+        let mut rng = Rng::new(11);
+        for (n_heads, n_kv_heads) in [(4, 4), (9, 3), (4, 1)] {
+            let heads = Heads {
+                n_heads,
+                n_kv_heads,
+                head_dim: 80,
+            };
+            let (q_dim, kv_dim) = (n_heads * 80, n_kv_heads * 80);
+            let (before, n) = (9, 40);
+            let q = random(&mut rng, n * q_dim);
+            let keys = random(&mut rng, (before + n) * kv_dim);
+            let values = random(&mut rng, (before + n) * kv_dim);
+            let rows = Contiguous::new(&keys, &values, kv_dim);
+            for window in [
+                Window { size: 7, sinks: 2 },
+                Window { size: 30, sinks: 4 },
+                Window { size: 5, sinks: 4 },
+            ] {
+                let (all, received) =
+                    attention_observed(&rows, &q, before, heads, Some(window), true);
+                for i in 0..n {
+                    let pos = before + i;
+                    let seen: Vec<usize> = (0..=pos).filter(|&j| window.sees(pos, j)).collect();
+                    let gathered = Indexed {
+                        store: Contiguous::new(&keys, &values, kv_dim),
+                        slots: &seen,
+                    };
+                    let q_i = &q[i * q_dim..][..q_dim];
+                    let one = attention_over(&gathered, q_i, seen.len() - 1, heads);
+                    assert_eq!(
+                        one.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                        all[i * q_dim..][..q_dim]
+                            .iter()
+                            .map(|x| x.to_bits())
+                            .collect::<Vec<_>>(),
+                        "row {i}, {n_heads}/{n_kv_heads} heads, {window:?}"
+                    );
+                }
+                // A position no query sees (past the sinks, before the first query's run)
+                // receives nothing.
+                let first_seen = window.forgotten_below(before).max(window.sinks);
+                assert!(received[window.sinks..first_seen].iter().all(|&r| r == 0.0));
+                assert!(received[..window.sinks].iter().all(|&r| r > 0.0));
             }
         }
     }

@@ -32,6 +32,7 @@ pub mod lab;
 pub mod learner;
 pub mod limits;
 pub mod loader;
+pub mod mask;
 pub mod model;
 pub mod ops;
 pub mod random_model;

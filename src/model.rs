@@ -24,6 +24,7 @@ pub use crate::cache::source::KvSource;
 use crate::cache::view::KvView;
 use crate::config::{Activation, Config};
 use crate::error::{Error, Result};
+use crate::mask::Window;
 use crate::ops;
 use crate::simd::WeightElem;
 use ndarray::{Array1, Array2};
@@ -100,6 +101,8 @@ pub struct Span {
     pub rows_before: usize,
     /// Whether its cache wants the attention its rows received (H2O).
     pub observe: bool,
+    /// The sliding window its cache reads keys through (`--kv sliding`), if any.
+    pub window: Option<Window>,
 }
 
 impl Span {
@@ -124,6 +127,7 @@ impl Span {
                 start_pos: kv.start_pos(i)?,
                 rows_before: 0, // set once the caches are prepared
                 observe: false,
+                window: None,
             });
             first_row += tokens.len();
         }
@@ -301,11 +305,19 @@ impl<E: WeightElem> Model<E> {
         for (i, span) in spans.iter_mut().enumerate() {
             span.rows_before = kv.rows_held(i);
             span.observe = kv.observes_attention(i);
+            span.window = kv.window(i);
         }
         // ANCHOR_END: rows_before
         // A local layer's window counts positions; a cache that evicts rows (a window
         // imposed at run time, H2O) no longer knows which position a row held.
         if c.has_local_layers() {
+            if let Some(w) = spans.iter().find_map(|s| s.window) {
+                return Err(Error::InvalidArgument(format!(
+                    "this model's local layers were trained with their own window of {} positions, and --kv sliding would lay a window of {} on its global layers too: use --kv full (its cache already keeps only each local layer's window)",
+                    c.gemma.sliding_window.unwrap_or(0),
+                    w.size
+                )));
+            }
             if let Some(span) = spans.iter().find(|s| s.rows_before != s.start_pos) {
                 return Err(Error::InvalidArgument(format!(
                     "this model's local layers attend to the last {} positions, and its cache evicted rows ({} held for {} positions): use a cache that keeps every position (--kv full)",
@@ -363,8 +375,9 @@ impl<E: WeightElem> Model<E> {
                 .find(|(t, _)| *t == theta)
                 .expect("a table per base")
                 .1;
-            // Positions this layer's queries reach back: all of them, or a local layer's window.
-            let window = c.layer_window(l);
+            // Positions this layer's queries reach back: all of them, a local layer's
+            // window, or the window a sequence's cache reads through (`--kv sliding`).
+            let layer_window = c.layer_window(l).map(Window::plain);
 
             // ---- attention block ----
             let (q, k, v) = in_pool(|| {
@@ -424,6 +437,7 @@ impl<E: WeightElem> Model<E> {
                     .zip(&spans)
                     .map(|(rows, span)| {
                         let q = &q[span.rows(q_dim)];
+                        let window = layer_window.or(span.window);
                         rows.attend_observed(q, span.rows_before, heads, window, span.observe)
                     })
                     .unzip();

@@ -14,6 +14,11 @@ fn bench_disagg_refuses_bad_input_in_one_line() {
     fails_with(&with(&["--prompt-mix", "huge:1"]), "huge");
     // A window evicts per pass: a shared pool cannot hold it (the engine's one line).
     fails_with(&with(&["--kv", "window", "--window", "64"]), "--kv window");
+    // A window per query gives prompt blocks back while it prefills: nothing to ship.
+    fails_with(
+        &with(&["--kv", "sliding", "--window", "64"]),
+        "a KV transfer carries every prompt row",
+    );
 }
 
 #[test]

@@ -173,8 +173,10 @@ proptest! {
 
     /// Random requests arriving at random iterations, any policy, any budget, a pool
     /// from roomy to barely one request (preemptions), blocks of f32, int8 or int4
-    /// per-token codes: every request's tokens and logits equal its solo run on a
-    /// contiguous cache of the same element, bitwise, and every request finishes.
+    /// per-token codes, or f32 blocks under a window per query (`--kv sliding`, which
+    /// gives blocks back mid-request): every request's tokens and logits equal its solo
+    /// run on a contiguous cache of the same kind (for the window, its ring), bitwise,
+    /// and every request finishes.
     #[test]
     fn every_request_gets_its_solo_tokens_and_logits(
         config in config_strategy(),
@@ -187,11 +189,17 @@ proptest! {
             (0usize..12, 1usize..30, 1usize..12, any::<bool>(), any::<u64>(), any::<bool>()),
             1..8,
         ),
-        element in 0usize..3,
+        element in 0usize..5,
         draft_len in 0usize..4,
     ) {
         // head_dim is a multiple of 4 here: an int4 group of 4 channels tiles every head.
-        let kv = [KvPolicy::Full, KvPolicy::Int8, KvPolicy::Int4PerToken { group: 4 }][element];
+        let kv = [
+            KvPolicy::Full,
+            KvPolicy::Int8,
+            KvPolicy::Int4PerToken { group: 4 },
+            KvPolicy::Sliding { window: 6, sinks: 2 },
+            KvPolicy::Sliding { window: 3, sinks: 0 },
+        ][element];
         // Speculation (greedy requests): drafts must not change a token or a bit.
         let speculation = (draft_len > 0).then(|| Speculation::new(2, draft_len).unwrap());
         let model = Arc::new(Model::random(config, seed).unwrap());
@@ -637,6 +645,18 @@ fn real_model_eight_concurrent_requests_on_int8_blocks_equal_solo_generate() {
 #[test]
 fn real_model_bf16_panels_with_int8_blocks_equal_solo_generate() {
     eight_concurrent_requests_equal_solo(KvPolicy::Int8, (WeightDtype::Bf16, WeightLayout::Panels));
+}
+
+/// A window per query with sinks (`kvlab serve --kv sliding --window 8 --sinks 2`): each
+/// request's bits are those of `generate --kv sliding` alone (a contiguous ring), while
+/// the pool gives back the blocks its window slid past.
+#[test]
+fn real_model_sliding_window_equals_solo_generate() {
+    let kv = KvPolicy::Sliding {
+        window: 8,
+        sinks: 2,
+    };
+    eight_concurrent_requests_equal_solo(kv, (WeightDtype::F32, WeightLayout::Rows));
 }
 
 /// int8 weights (Q8_0 blocks) with an f32 pool: `generate --dtype int8` alone.

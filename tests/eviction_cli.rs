@@ -108,14 +108,56 @@ fn eval_runs_the_window_and_h2o_on_the_real_model() {
     }
 }
 
-/// `--kv window` and `--kv h2o` on generate and compare: a prompt longer than the window
-/// is prefilled in chunks; compare reports different tokens as the policy's cost (exit 0),
-/// not as a bug.
+/// Token by token, a window per query sees what the per-pass window keeps: `kvlab eval`
+/// (one token per pass) gives the same perplexity, agreement and KL, to the bit, on the
+/// real model, from a ring of the same `window` slots.
+#[test]
+fn eval_of_a_window_per_query_is_the_per_pass_window_token_by_token() {
+    if !common::real_model_present() {
+        return;
+    }
+    let run = |kv: &'static str| {
+        json(&[
+            "eval",
+            "--text-file",
+            TEXT,
+            "--max-tokens",
+            "48",
+            "--json",
+            "--kv",
+            kv,
+            "--window",
+            "8",
+            "--sinks",
+            "2",
+        ])
+    };
+    let (window, sliding) = (run("window"), run("sliding"));
+    for field in ["perplexity", "top1_agreement", "mean_kl", "kv_cache_bytes"] {
+        assert_eq!(
+            window[field], sliding[field],
+            "{field}: {window} vs {sliding}"
+        );
+    }
+    assert_ne!(window["perplexity"], window["full_perplexity"]);
+}
+
+/// `--kv window`, `sliding` and `h2o` on generate and compare: a prompt longer than the
+/// window is prefilled in chunks (the per-pass window) or in one pass whose queries each
+/// see their own window (`sliding`, whose ring keeps room for a pass of 128: here all 28
+/// positions); compare reports different tokens as the policy's cost (exit 0), not as a bug.
 #[test]
 fn generate_and_compare_take_the_eviction_policies() {
-    for kv in [
-        ["--kv", "window", "--window", "8", "--sinks", "2"].as_slice(),
-        ["--kv", "h2o", "--budget", "8"].as_slice(),
+    for (kv, reserved) in [
+        (
+            ["--kv", "window", "--window", "8", "--sinks", "2"].as_slice(),
+            8,
+        ),
+        (
+            ["--kv", "sliding", "--window", "8", "--sinks", "2"].as_slice(),
+            28,
+        ),
+        (["--kv", "h2o", "--budget", "8"].as_slice(), 8),
     ] {
         for cmd in ["generate", "compare"] {
             let mut args = vec![
@@ -135,11 +177,10 @@ fn generate_and_compare_take_the_eviction_policies() {
                     4,
                     "{report}"
                 );
-                assert_eq!(
-                    report["kv_cache_bytes"],
-                    8 * 30 * 2 * 3 * 64 * 4,
-                    "{report}"
-                );
+                let per_token = 30 * 2 * 3 * 64 * 4;
+                assert_eq!(report["kv_cache_bytes"], reserved * per_token, "{report}");
+                // What the last token's attention read: the window, 8 positions.
+                assert_eq!(report["kv_cache_bytes_used"], 8 * per_token, "{report}");
             } else {
                 ok(&args, "");
             }

@@ -15,6 +15,7 @@ use crate::cache::window::WindowCache;
 use crate::cache::{CacheKind, KvElement, KvStore};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::mask::Window;
 
 // ANCHOR: contiguous_full
 /// Every position the model will read, reserved up front: all of them in every layer
@@ -48,6 +49,15 @@ pub fn new_policy_store(
         KvPolicy::Window { window, sinks } => {
             Ok(Box::new(WindowCache::new(config, window, sinks)?))
         }
+        KvPolicy::Sliding { window, sinks } => Ok(Box::new(HybridCache::sliding(
+            config,
+            capacity,
+            hybrid::DEFAULT_PASS,
+            Window {
+                size: window,
+                sinks,
+            },
+        )?)),
         KvPolicy::H2o { budget, recent } => Ok(Box::new(H2oCache::new(config, budget, recent)?)),
     }
 }
@@ -79,7 +89,7 @@ pub fn new_store(
 // ANCHOR: composed_store
 /// A cache for one sequence of up to `capacity` positions: the layout `kind` holding
 /// what `policy` keeps. A paged or prefix pool stores f32, int8 or int4-per-token blocks
-/// (`element.rs`), or keeps a sliding window of f32 blocks (`paged/retention.rs`); the
+/// (`element.rs`), or keeps a window of f32 blocks, per pass or per query (`paged/retention.rs`); the
 /// preallocated layout takes every policy; what a layout cannot hold is refused with
 /// the reason.
 pub fn new_composed_store(
@@ -109,7 +119,7 @@ pub fn new_composed_store(
             )?))
         }
         (CacheKind::Growable, _) => Err(Error::InvalidArgument(format!(
-            "--cache growable doubles one f32 buffer and --kv {} needs a cache of its own: use --cache preallocated (every --kv), or paged or prefix (int8, int4-per-token, window)",
+            "--cache growable doubles one f32 buffer and --kv {} needs a cache of its own: use --cache preallocated (every --kv), or paged or prefix (int8, int4-per-token, window, sliding)",
             policy.name()
         ))),
     }

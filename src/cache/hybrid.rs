@@ -26,6 +26,11 @@
 //! Unlike `--kv window` (`window.rs`), which imposes a window per *pass* on a model
 //! never trained with one, nothing here changes what the model computes: it only stops
 //! storing what the model's own mask would never read.
+//!
+//! **`--kv sliding`** lays the same per-query mask on every layer of a model trained
+//! without one, with attention sinks ([`Window`]): [`HybridCache::sliding`] gives every
+//! layer a ring of `window - 1 + pass` slots, the first `sinks` of them the sinks'
+//! forever. Its plain twin keeps every position and reads them through the same mask.
 
 use crate::cache::buffer::zeroed_buffer;
 use crate::cache::rows::{Contiguous, Ring};
@@ -33,6 +38,7 @@ use crate::cache::view::KvView;
 use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::mask::Window;
 
 /// The most new tokens one pass brings to a hybrid cache unless told otherwise: a
 /// local layer's ring holds `window - 1 + pass` rows, so the pass size is what a ring
@@ -58,17 +64,38 @@ pub struct HybridCache {
     /// ring holds intact only positions `high_water - slots..` (a truncate leaves the
     /// rows above `len` stale, but what they overwrote is gone).
     high_water: usize,
+    /// The window every layer's queries are masked with (`--kv sliding`); `None` when
+    /// the windows are the model's own (the config's local layers).
+    mask: Option<Window>,
 }
 
-/// One layer's keys and values: position `p` in slot `p % slots`.
+/// One layer's keys and values: a sink `p < sinks` in slot `p`, a later position in
+/// slot `sinks + (p - sinks) % (slots - sinks)` (no sinks: slot `p % slots`).
 struct LayerRows {
     /// `[slots, kv_dim]`
     k: Vec<f32>,
     /// `[slots, kv_dim]`
     v: Vec<f32>,
     slots: usize,
-    /// `Some(w)`: a local layer, whose queries see the last `w` positions.
-    window: Option<usize>,
+    /// `Some(w)`: a local layer, whose queries see what the window `w` lets them.
+    window: Option<Window>,
+}
+
+impl LayerRows {
+    /// Slots of the ring after the sinks (at least 1, so that `%` is defined).
+    fn ring_len(&self) -> usize {
+        let sinks = self.window.map_or(0, |w| w.sinks);
+        self.slots.saturating_sub(sinks).max(1)
+    }
+
+    /// The slot position `p` is kept in.
+    fn slot(&self, p: usize) -> usize {
+        match self.window {
+            Some(w) if p >= w.sinks => w.sinks + (p - w.sinks) % self.ring_len(),
+            Some(_) => p,
+            None => p,
+        }
+    }
 }
 // ANCHOR_END: hybrid_cache
 
@@ -76,6 +103,38 @@ impl HybridCache {
     /// Reserves, per layer, what that layer will ever read: `capacity` positions of a
     /// global layer, `window - 1 + pass` of a local one (never more than `capacity`).
     pub fn new(config: &Config, capacity: usize, pass: usize) -> Result<HybridCache> {
+        let windows =
+            (0..config.num_hidden_layers).map(|l| config.layer_window(l).map(Window::plain));
+        HybridCache::with_windows(config, capacity, pass, windows.collect(), None)
+    }
+
+    /// Every layer masked by `window` (`--cache preallocated --kv sliding`): a ring of
+    /// `window - 1 + pass` slots per layer, its first `sinks` kept for the sinks.
+    pub fn sliding(
+        config: &Config,
+        capacity: usize,
+        pass: usize,
+        window: Window,
+    ) -> Result<HybridCache> {
+        crate::cache::window::check_window(window.size, window.sinks)?;
+        if config.has_local_layers() {
+            return Err(Error::InvalidArgument(format!(
+                "this model's local layers were trained with their own window of {} positions, and --kv sliding would lay a window of {} on its global layers too: use --kv full (its cache already keeps only each local layer's window)",
+                config.gemma.sliding_window.unwrap_or(0),
+                window.size
+            )));
+        }
+        let windows = vec![Some(window); config.num_hidden_layers];
+        HybridCache::with_windows(config, capacity, pass, windows, Some(window))
+    }
+
+    fn with_windows(
+        config: &Config,
+        capacity: usize,
+        pass: usize,
+        windows: Vec<Option<Window>>,
+        mask: Option<Window>,
+    ) -> Result<HybridCache> {
         if pass == 0 {
             return Err(Error::InvalidArgument(
                 "a hybrid cache taking 0 tokens per pass can never be filled: give a pass of at least 1 token".into(),
@@ -83,10 +142,11 @@ impl HybridCache {
         }
         let kv_dim = config.n_kv_heads() * config.head_dim();
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
-        for l in 0..config.num_hidden_layers {
-            let window = config.layer_window(l);
+        for window in windows {
+            // The sinks, the `size - sinks - 1` recent positions the pass's first query
+            // looks back to, and the pass's own rows.
             let slots = match window {
-                Some(w) => w.saturating_sub(1).saturating_add(pass).min(capacity),
+                Some(w) => w.size.saturating_sub(1).saturating_add(pass).min(capacity),
                 None => capacity,
             };
             layers.push(LayerRows {
@@ -104,6 +164,7 @@ impl HybridCache {
             pass,
             pending: 0,
             high_water: 0,
+            mask,
         })
     }
 
@@ -116,7 +177,7 @@ impl HybridCache {
     /// global layer; in a local one its own and the `window - 1` before it.
     fn live_rows(layer: &LayerRows, len: usize) -> usize {
         match layer.window {
-            Some(w) => len.min(w),
+            Some(w) => len.min(w.size),
             None => len,
         }
     }
@@ -135,6 +196,10 @@ impl KvStore for HybridCache {
 
     fn max_pass_tokens(&self) -> usize {
         self.pass
+    }
+
+    fn window(&self) -> Option<Window> {
+        self.mask
     }
 
     fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
@@ -157,8 +222,9 @@ impl KvStore for HybridCache {
     }
 
     // ANCHOR: hybrid_write
-    /// Position `len + i` goes to slot `(len + i) % slots`: in a local layer it
-    /// overwrites a position `slots` older, which no query from `len` on can see.
+    /// Position `len + i` goes to its slot (`(len + i) % slots` without sinks): in a
+    /// local layer it overwrites a position a ring older, which no query from `len` on
+    /// can see.
     fn write(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
         let kv_dim = self.kv_dim;
         let n = k.len() / kv_dim;
@@ -169,7 +235,7 @@ impl KvStore for HybridCache {
             )));
         };
         for i in 0..n {
-            let at = (self.len + i) % rows.slots * kv_dim;
+            let at = rows.slot(self.len + i) * kv_dim;
             let row = i * kv_dim..(i + 1) * kv_dim;
             rows.k[at..at + kv_dim].copy_from_slice(&k[row.clone()]);
             rows.v[at..at + kv_dim].copy_from_slice(&v[row]);
@@ -187,13 +253,13 @@ impl KvStore for HybridCache {
                 &rows.v[..end * self.kv_dim],
                 self.kv_dim,
             )),
-            // No sinks and the oldest at slot 0: row `j` is slot `j % slots`.
-            Some(_) => KvView::Ring(Ring {
+            // The oldest at the ring's first slot: row `j` is position `j`'s slot.
+            Some(w) => KvView::Ring(Ring {
                 keys: &rows.k,
                 values: &rows.v,
                 kv_dim: self.kv_dim,
-                sinks: 0,
-                ring_len: rows.slots,
+                sinks: w.sinks,
+                ring_len: rows.ring_len(),
                 oldest: 0,
             }),
         }
@@ -214,13 +280,14 @@ impl KvStore for HybridCache {
         if len >= self.len {
             return;
         }
-        // A local layer must still hold the `window - 1` positions before `len` (none for
-        // a window of 1); intact are the last `slots` positions ever written.
+        // A local layer must still hold the recent positions before `len` that the
+        // query at `len` sees (none for a window of 1; the sinks are never overwritten);
+        // intact are the last `ring_len` positions written after the sinks.
         let served = self.layers.iter().all(|rows| match rows.window {
             None => true,
             Some(w) => {
-                let oldest_seen = len.saturating_sub(w.saturating_sub(1));
-                oldest_seen == len || oldest_seen >= self.high_water.saturating_sub(rows.slots)
+                let oldest_seen = w.forgotten_below(len).max(w.sinks);
+                oldest_seen >= len || oldest_seen >= self.high_water.saturating_sub(rows.ring_len())
             }
         });
         if served {

@@ -51,6 +51,7 @@ pub mod window;
 use crate::cache::view::KvView;
 use crate::config::Config;
 use crate::error::Result;
+use crate::mask::Window;
 use serde::Serialize;
 
 pub use build::{contiguous_full, new_policy_store, new_store};
@@ -96,6 +97,14 @@ pub trait KvStore {
     /// them all beside what it never evicts (a prompt longer than that is fed in chunks).
     fn max_pass_tokens(&self) -> usize {
         usize::MAX
+    }
+
+    /// The sliding window attention reads this cache through (`--kv sliding`): every
+    /// query sees its sinks and its recent positions only ([`Window`]), so the cache may
+    /// give back what no later query will see. `None`: the whole prefix (or the model's
+    /// own windows, Gemma 3's local layers, which the config gives).
+    fn window(&self) -> Option<Window> {
+        None
     }
 
     fn is_empty(&self) -> bool {
@@ -151,6 +160,9 @@ impl<S: KvStore + ?Sized> KvStore for Box<S> {
     }
     fn max_pass_tokens(&self) -> usize {
         (**self).max_pass_tokens()
+    }
+    fn window(&self) -> Option<Window> {
+        (**self).window()
     }
     fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
         (**self).prepare(tokens)

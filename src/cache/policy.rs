@@ -11,6 +11,7 @@
 //! | `int4` | [`KvPolicy::Int4Kivi`] | every position, int4: keys per channel, values per token (KIVI) |
 //! | `int4-per-token` | [`KvPolicy::Int4PerToken`] | every position, int4: keys *and* values per token |
 //! | `window` | [`KvPolicy::Window`] | `window` positions: the first `sinks` and the latest |
+//! | `sliding` | [`KvPolicy::Sliding`] | per query, `window` positions: the first `sinks` and the latest up to it |
 //! | `h2o` | [`KvPolicy::H2o`] | `budget` positions: the heaviest hitters and the `recent` last |
 //!
 //! The quantized policies change *how precisely* attention sees each position, the
@@ -44,6 +45,11 @@ pub enum KvPolicy {
     /// A sliding window of `window` positions: the first `sinks` (attention sinks, Xiao
     /// et al. 2024) and the latest `window - sinks` (`src/cache/window.rs`).
     Window { window: usize, sinks: usize },
+    /// A sliding window per *query* (Mistral's and Gemma 3's mask, with StreamingLLM's
+    /// sinks, `src/mask.rs`): the token at `p` sees the first `sinks` positions and the
+    /// `window - sinks` up to itself, however its prompt was cut into passes. The cache
+    /// keeps what a later query can still see.
+    Sliding { window: usize, sinks: usize },
     /// Heavy-hitter oracle (Zhang et al. 2023): `budget` positions, the `recent` last ones
     /// and those with the largest accumulated attention.
     H2o { budget: usize, recent: usize },
@@ -51,7 +57,15 @@ pub enum KvPolicy {
 // ANCHOR_END: kv_policy
 
 /// The `--kv` names, in the order of the table above.
-pub const POLICY_NAMES: [&str; 6] = ["full", "int8", "int4", "int4-per-token", "window", "h2o"];
+pub const POLICY_NAMES: [&str; 7] = [
+    "full",
+    "int8",
+    "int4",
+    "int4-per-token",
+    "window",
+    "sliding",
+    "h2o",
+];
 
 /// The numbers a policy may take from the command line; each policy reads its own.
 #[derive(Debug, Clone, Copy, Default)]
@@ -86,6 +100,14 @@ impl KvPolicy {
                 })?,
                 sinks: params.sinks.unwrap_or(0),
             },
+            "sliding" => KvPolicy::Sliding {
+                window: params.window.ok_or_else(|| {
+                    Error::InvalidArgument(
+                        "--kv sliding needs --window W: the positions each token sees".into(),
+                    )
+                })?,
+                sinks: params.sinks.unwrap_or(0),
+            },
             "h2o" => {
                 let budget = params.budget.ok_or_else(|| {
                     Error::InvalidArgument(
@@ -109,7 +131,7 @@ impl KvPolicy {
         let reads: &[&str] = match policy {
             KvPolicy::Full | KvPolicy::Int8 => &[],
             KvPolicy::Int4Kivi { .. } | KvPolicy::Int4PerToken { .. } => &["--group"],
-            KvPolicy::Window { .. } => &["--window", "--sinks"],
+            KvPolicy::Window { .. } | KvPolicy::Sliding { .. } => &["--window", "--sinks"],
             KvPolicy::H2o { .. } => &["--budget", "--recent"],
         };
         let given = [
@@ -122,12 +144,14 @@ impl KvPolicy {
         if let Some((flag, _)) = given.iter().find(|(f, on)| *on && !reads.contains(f)) {
             return Err(Error::InvalidArgument(format!(
                 "{flag} does nothing with --kv {name}: drop it, or pick the policy that reads it \
-                 (--window/--sinks: window; --budget/--recent: h2o; --group: int4, int4-per-token)"
+                 (--window/--sinks: window, sliding; --budget/--recent: h2o; --group: int4, int4-per-token)"
             )));
         }
         // A window or budget that cannot work fails here, before a model loads.
         match policy {
-            KvPolicy::Window { window, sinks } => check_window(window, sinks)?,
+            KvPolicy::Window { window, sinks } | KvPolicy::Sliding { window, sinks } => {
+                check_window(window, sinks)?
+            }
             KvPolicy::H2o { budget, recent } => check_budget(budget, recent)?,
             _ => {}
         }
@@ -142,6 +166,7 @@ impl KvPolicy {
             KvPolicy::Int4Kivi { .. } => "int4",
             KvPolicy::Int4PerToken { .. } => "int4-per-token",
             KvPolicy::Window { .. } => "window",
+            KvPolicy::Sliding { .. } => "sliding",
             KvPolicy::H2o { .. } => "h2o",
         }
     }
@@ -155,6 +180,7 @@ impl KvPolicy {
                 format!("{}-g{group}", self.name())
             }
             KvPolicy::Window { window, sinks } => format!("window-w{window}-s{sinks}"),
+            KvPolicy::Sliding { window, sinks } => format!("sliding-w{window}-s{sinks}"),
             KvPolicy::H2o { budget, recent } => format!("h2o-b{budget}-r{recent}"),
         }
     }

@@ -10,6 +10,7 @@ use crate::cache::rows::Contiguous;
 use crate::cache::view::KvView;
 use crate::cache::{KvStore, PagedCache, SeqId};
 use crate::error::{Error, Result};
+use crate::mask::Window;
 
 // ANCHOR: kv_source
 /// Where attention reads keys and values from: the one difference between the two paths.
@@ -56,6 +57,10 @@ pub trait BatchKv {
     }
     /// Hands sequence `i`'s cache the attention each of its rows received in `layer`.
     fn observe(&mut self, _i: usize, _layer: usize, _received: &[f32]) {}
+    /// The sliding window sequence `i`'s cache reads through ([`KvStore::window`]).
+    fn window(&self, _i: usize) -> Option<Window> {
+        None
+    }
 }
 // ANCHOR_END: batch_kv
 
@@ -113,6 +118,12 @@ impl BatchKv for KvSource<'_> {
             KvSource::Cache(cache) => cache.observes_attention(),
         }
     }
+    fn window(&self, _: usize) -> Option<Window> {
+        match self {
+            KvSource::ThisPass => None,
+            KvSource::Cache(cache) => cache.window(),
+        }
+    }
     fn observe(&mut self, _: usize, layer: usize, received: &[f32]) {
         if let KvSource::Cache(cache) = self {
             cache.observe(layer, received);
@@ -151,9 +162,13 @@ impl BatchKv for PagedBatch<'_> {
             seq.advance(n);
         }
     }
-    /// A paged pool never evicts: every position is a row.
+    /// Every position is a row: a window per query leaves holes in the block table,
+    /// which its mask never reads, and renumbers nothing.
     fn rows_held(&self, i: usize) -> usize {
         self.cache.seq_len(self.seqs[i]).unwrap_or(0)
+    }
+    fn window(&self, _: usize) -> Option<Window> {
+        self.cache.retention().mask()
     }
 }
 // ANCHOR_END: paged_batch

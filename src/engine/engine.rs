@@ -22,6 +22,7 @@ use super::scheduler::{pick_batch, prefill_chunk, Budget, Candidate, Scheduled};
 use super::sequence::Sequence;
 use super::transfer::KvTransfer;
 use crate::batch::BatchModel;
+use crate::cache::paged::Retention;
 use crate::cache::source::PagedBatch;
 use crate::cache::{KvElement, KvStore, PagedCache, SeqId};
 use crate::error::{Error, Result};
@@ -125,7 +126,8 @@ impl Engine {
             config.block_size,
             config.kv_budget_bytes,
             config.prefix_caching,
-        )?;
+        )?
+        .with_retention(Retention::of(config.kv)?);
         Ok(Engine {
             model,
             config,
@@ -360,8 +362,15 @@ impl Engine {
             let rows_left = seq.tokens.len() - reused;
             let rows = prefill_chunk(rows_left, tokens_left, budget.chunked, first_prefill);
             // Admitted only if the pool can hold its whole prompt (a watermark against
-            // admitting requests only to preempt them at the next iteration).
-            if rows == 0 || !self.cache.can_append(seq_id, rows_left, reserved) {
+            // admitting requests only to preempt them at the next iteration). A window
+            // per query gives blocks back as the prompt's chunks go by: it needs only
+            // the most it holds at once.
+            let pass = if budget.chunked {
+                budget.max_tokens
+            } else {
+                rows_left
+            };
+            if rows == 0 || !self.cache.can_hold(seq_id, rows_left, pass, reserved) {
                 self.cache.free(seq_id)?;
                 break;
             }

@@ -1,7 +1,7 @@
 //! What a client hands the engine and what it gets back: requests, sampling settings,
 //! events, the policies the scheduler can follow (book: scheduling.md).
 
-use crate::cache::paged::{blocks_for_positions, blocks_in_budget};
+use crate::cache::paged::{blocks_in_budget, Retention};
 use crate::cache::{KvElement, KvPolicy};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -51,7 +51,8 @@ pub struct EngineConfig {
     pub kv_budget_bytes: usize,
     pub block_size: usize,
     /// What the pool's blocks store (`--kv`): `full` (f32), `int8` or `int4-per-token`
-    /// codes (`cache/element.rs`). The eviction policies and KIVI are refused.
+    /// codes (`cache/element.rs`), or a window per query (`sliding`, f32 blocks that go
+    /// back once no later query sees them). The per-pass window, H2O and KIVI are refused.
     pub kv: KvPolicy,
     /// Bounded waiting queue: a submit beyond it is refused (`SubmitError::QueueFull`).
     pub max_waiting: usize,
@@ -239,7 +240,13 @@ pub fn validate(c: &Config, config: &EngineConfig, request: Request) -> Result<V
     let bs = config.block_size.max(1);
     let element = KvElement::for_pool(c, config.kv, "paged")?;
     let n_blocks = blocks_in_budget(c, element, bs, config.kv_budget_bytes)?;
-    let needed = blocks_for_positions(positions, bs);
+    // A pass brings a chunk of at most `max_batch_tokens` rows (chunked prefill), or
+    // the whole prompt; a window per query holds the window's blocks and one pass's.
+    let pass = match config.policy {
+        Policy::ContinuousChunked => config.max_batch_tokens,
+        _ => request.prompt.len().max(config.max_batch_tokens),
+    };
+    let needed = Retention::of(config.kv)?.peak_blocks(positions, bs, pass);
     if needed > n_blocks {
         return Err(Error::InvalidArgument(format!(
             "prompt ({}) + max_tokens ({}) needs {} KV blocks of {bs} positions but the engine's whole pool holds {n_blocks}: shorten the request or give the engine a larger KV budget",

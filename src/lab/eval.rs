@@ -16,9 +16,12 @@
 //! - `KL(p || q) = Σ_v p_v (log p_v - log q_v)`, in nats: what the policy's rounding or
 //!   forgetting changes in the whole distribution, not only at the true token.
 
-use crate::cache::{contiguous_full, new_policy_store, KvPolicy, KvStore, PreallocatedCache};
+use crate::cache::{
+    contiguous_full, new_policy_store, HybridCache, KvPolicy, KvStore, PreallocatedCache,
+};
 use crate::error::{Error, Result};
 use crate::generate::forward_hidden_in_passes;
+use crate::mask::Window;
 use crate::model::{KvSource, Model};
 use crate::simd::WeightElem;
 use ndarray::Array2;
@@ -153,10 +156,19 @@ pub fn eval<E: WeightElem>(model: &Model<E>, ids: &[u32], policy: KvPolicy) -> R
     let hidden = hidden.as_slice().expect("arrays in kvlab are contiguous");
 
     // The policy: token by token, as generation feeds it (the full cache needs no second run).
-    let mut store = if policy.is_exact() {
-        None
-    } else {
-        Some(new_policy_store(&model.config, policy, n)?)
+    let mut store = match policy {
+        KvPolicy::Full => None,
+        // One token per pass: a window per query needs a ring of `window` slots, no
+        // room for a longer pass (the `window - 1` before the token, and the token).
+        KvPolicy::Sliding { window, sinks } => {
+            let window = Window {
+                size: window,
+                sinks,
+            };
+            let ring = HybridCache::sliding(&model.config, n, 1, window)?;
+            Some(Box::new(ring) as Box<dyn KvStore>)
+        }
+        _ => Some(new_policy_store(&model.config, policy, n)?),
     };
     let mut totals = Totals::default();
     let mut peak_bytes = store.as_ref().map_or(0, |s| s.bytes_reserved());

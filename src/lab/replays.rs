@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// The scenarios, by name, and what each shows.
-pub const SCENARIOS: [(&str, &str); 6] = [
+pub const SCENARIOS: [(&str, &str); 7] = [
     (
         "prefix-sharing",
         "six questions after one system prompt: its blocks shared, then parked",
@@ -42,6 +42,10 @@ pub const SCENARIOS: [(&str, &str); 6] = [
     (
         "pool-int8",
         "the same bytes in int8 blocks: more of them, more requests at once",
+    ),
+    (
+        "pool-sliding",
+        "the same bytes, a window per query of 32: blocks go back as answers grow",
     ),
 ];
 
@@ -126,6 +130,15 @@ fn scenario(name: &str) -> Result<Scenario> {
         "preemption" => plain(Policy::ContinuousChunked, 256, 10, questions(4, 0, 48)),
         "pool-f32" => pool(KvPolicy::Full),
         "pool-int8" => pool(KvPolicy::Int8),
+        // Answers twice as long, prompts in chunks of 32: a request's window (4 sinks and
+        // the 28 latest positions) slides past its first blocks while it decodes.
+        "pool-sliding" => Scenario {
+            kv: KvPolicy::Sliding {
+                window: 32,
+                sinks: 4,
+            },
+            ..plain(Policy::ContinuousChunked, 32, 12, questions(6, 0, 48))
+        },
         other => {
             let names: Vec<&str> = SCENARIOS.iter().map(|(n, _)| *n).collect();
             return Err(Error::InvalidArgument(format!(

@@ -309,13 +309,13 @@ impl CacheArgs {
 /// the cache"): one flag, one parser, for `eval`, `generate`, `compare` and `chat`.
 #[derive(Args, Clone)]
 pub struct KvArgs {
-    /// KV cache policy: full, int8, int4 (KIVI: keys per channel), int4-per-token, window, h2o.
+    /// KV cache policy: full, int8, int4 (KIVI: keys per channel), int4-per-token, window (per pass), sliding (per query), h2o.
     #[arg(long, default_value = "full", value_name = "POLICY")]
     pub kv: String,
-    /// With --kv window: the most recent positions kept.
+    /// With --kv window or sliding: the positions kept (window) or seen by each token (sliding), sinks included.
     #[arg(long)]
     pub window: Option<usize>,
-    /// With --kv window: the first positions always kept (attention sinks).
+    /// With --kv window or sliding: the first positions always kept (attention sinks).
     #[arg(long)]
     pub sinks: Option<usize>,
     /// With --kv h2o: positions kept.

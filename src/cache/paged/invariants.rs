@@ -13,8 +13,9 @@ impl PagedCache {
     /// 4. every name points at a block that carries it, and parked blocks are named;
     /// 5. between passes, a sequence holds exactly `ceil(len / block_size)` blocks
     ///    (waste < one block) and its named blocks hold its own tokens;
-    /// 6. a hole stands only where a window dropped every position of the block, and a
-    ///    window's sequence holds no more blocks than `Retention::max_blocks`.
+    /// 6. a hole stands only where a window dropped every position of the block (a
+    ///    per-query window: where no later query looks), and a per-pass window's
+    ///    sequence holds no more blocks than `Retention::max_blocks`.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let bs = self.pool.block_size();
         let n = self.pool.n_blocks();
@@ -81,8 +82,15 @@ impl PagedCache {
                     seq.len
                 ));
             }
-            let sinks = self.evicted(*id).sinks;
-            let dropped = sinks..sinks + seq.evicted;
+            // Positions a hole may cover: those a per-pass window dropped, or those below
+            // where a per-query window's next query looks back to, sinks aside.
+            let dropped = match self.retention.mask() {
+                Some(w) => w.sinks..w.forgotten_below(seq.len).max(w.sinks),
+                None => {
+                    let sinks = self.evicted(*id).sinks;
+                    sinks..sinks + seq.evicted
+                }
+            };
             let real = seq.blocks.iter().filter(|&&b| b != HOLE).count();
             if let Some(most) = self.retention.max_blocks(bs) {
                 if real > most {

@@ -183,9 +183,11 @@ impl PagedCache {
         PagedCache::with_element(config, element, block_size, n_blocks, prefix_caching)
     }
 
-    /// This pool, its sequences keeping what `retention` says. A window is for one
-    /// sequence's own pool (`kvlab generate --cache paged --kv window`): it turns prefix
-    /// reuse off, since a window's rows depend on how the text was cut into passes.
+    /// This pool, its sequences keeping what `retention` says. A per-pass window is for
+    /// one sequence's own pool (`kvlab generate --cache paged --kv window`): it turns
+    /// prefix reuse off, since its rows depend on how the text was cut into passes. A
+    /// per-query window (`--kv sliding`) does not: a position's rows are the same
+    /// under any cut, so a block of them may be shared.
     pub fn with_retention(mut self, retention: Retention) -> PagedCache {
         self.retention = retention;
         self
@@ -258,7 +260,7 @@ impl PagedCache {
         let Some(prefix) = self.prefix.as_mut() else {
             return (id, 0);
         };
-        if self.retention != Retention::Full {
+        if matches!(self.retention, Retention::Window { .. }) {
             return (id, 0); // see `with_retention`
         }
         let seq = self.seqs.get_mut(&id).expect("just added");
@@ -386,6 +388,16 @@ impl PagedCache {
     /// `reserved` blocks already promised to other sequences of the same pass.
     pub fn can_append(&self, id: SeqId, rows: usize, reserved: usize) -> bool {
         self.blocks_to_append(id, rows) <= self.available().saturating_sub(reserved)
+    }
+
+    /// Whether `rows` more positions of `id`, fed in passes of at most `pass` tokens, fit
+    /// in the blocks available now, less `reserved`: every block they fill, or under a
+    /// window per query the most the sequence will hold at once
+    /// ([`Retention::peak_blocks`]).
+    pub fn can_hold(&self, id: SeqId, rows: usize, pass: usize, reserved: usize) -> bool {
+        let len = self.seqs.get(&id).map_or(0, |s| s.len);
+        let peak = (self.retention).peak_blocks(len + rows, self.pool.block_size(), pass);
+        self.blocks_to_append(id, rows).min(peak) <= self.available().saturating_sub(reserved)
     }
 
     /// Whether a new sequence of `positions` positions fits in the blocks available now.
@@ -546,6 +558,10 @@ impl PagedCache {
         if len >= seq.len {
             return;
         }
+        // A per-query window that already gave back blocks a query at `len` would read
+        // cannot serve the cut: the sequence forgets everything (`KvStore::truncate`).
+        let len = if self.reaches_a_hole(id, len) { 0 } else { len };
+        let seq = self.seqs.get_mut(&id).expect("checked");
         let evicted = seq.evicted;
         let evicted = self.evicted_after_truncate(evicted, len);
         let seq = self.seqs.get_mut(&id).expect("checked");

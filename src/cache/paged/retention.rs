@@ -17,13 +17,22 @@
 //! what a token sees depends on how its prompt was cut into passes. That is why the
 //! engine, whose scheduler cuts prompts as the load allows, and prefix caching, which
 //! would reuse rows computed under another cut, do not take it.
+//!
+//! [`Retention::Sliding`] is the per-query window (`--kv sliding`, [`Window`]): every
+//! query sees the sinks and its own recent positions, whatever the cut, so the
+//! engine, prefix caching and speculative rollback all take it. Rows stay at their
+//! positions (nothing is renumbered); before each pass, a block goes back once the
+//! pass's first query, and so every later one, no longer sees any of its positions,
+//! and attention's mask never reaches the hole it leaves (book: eviction.md, "A window
+//! per query").
 
 use super::block_pool::HOLE;
 use super::{PagedCache, SeqId};
 use crate::cache::policy::KvPolicy;
 use crate::cache::rows::Evicted;
 use crate::cache::window::{check_window, check_window_pass, window_pass_limit};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::mask::Window;
 
 // ANCHOR: retention
 /// What every sequence of a pool keeps.
@@ -32,8 +41,12 @@ pub enum Retention {
     /// Every position: the block table grows by one block every `block_size` tokens.
     #[default]
     Full,
-    /// The first `sinks` positions and the latest, `window` rows in all.
+    /// The first `sinks` positions and the latest, `window` rows in all, evicted once
+    /// per pass (StreamingLLM's ring, in blocks).
     Window { window: usize, sinks: usize },
+    /// A window per query: the query at `p` sees the sinks and `p + 1 - (window -
+    /// sinks) ..= p`; a block goes back once no later query sees it.
+    Sliding { window: usize, sinks: usize },
 }
 // ANCHOR_END: retention
 
@@ -46,30 +59,64 @@ impl Retention {
                 check_window(window, sinks)?;
                 Ok(Retention::Window { window, sinks })
             }
+            KvPolicy::Sliding { window, sinks } => {
+                check_window(window, sinks)?;
+                Ok(Retention::Sliding { window, sinks })
+            }
             _ => Ok(Retention::Full),
         }
     }
 
+    /// The mask attention reads this pool's sequences through: a per-query window's.
+    /// (A per-pass window has already dropped what its queries do not see.)
+    pub fn mask(self) -> Option<Window> {
+        match self {
+            Retention::Sliding { window, sinks } => Some(Window {
+                size: window,
+                sinks,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Sinks of a per-pass window: the rows [`Evicted`] keeps before the dropped run.
     fn sinks(self) -> usize {
         match self {
-            Retention::Full => 0,
             Retention::Window { sinks, .. } => sinks,
+            _ => 0,
         }
     }
 
     /// The most new tokens one pass may bring when `held` rows are held.
     pub fn pass_limit(self, held: usize) -> usize {
         match self {
-            Retention::Full => usize::MAX,
             Retention::Window { window, sinks } => window_pass_limit(window, sinks, held),
+            _ => usize::MAX,
         }
     }
 
     /// Rows to evict so that `n` new tokens join `held` rows within the window.
     fn to_evict(self, held: usize, n: usize) -> usize {
         match self {
-            Retention::Full => 0,
             Retention::Window { window, .. } => (held + n).saturating_sub(window),
+            _ => 0,
+        }
+    }
+
+    /// The most blocks one sequence of `positions` positions holds at once when no pass
+    /// brings more than `pass` tokens: every block of a full cache; for a per-query
+    /// window, the sinks' blocks and those the recent runs of one pass's queries
+    /// straddle (the `window - sinks - 1` positions before the pass, and its own).
+    pub fn peak_blocks(self, positions: usize, block_size: usize, pass: usize) -> usize {
+        let bs = block_size.max(1);
+        let all = positions.div_ceil(bs);
+        match self {
+            Retention::Full => all,
+            Retention::Window { .. } => all.min(self.max_blocks(bs).unwrap_or(all)),
+            Retention::Sliding { window, sinks } => {
+                let recent = (window - sinks).saturating_add(pass).div_ceil(bs) + 1;
+                all.min(sinks.div_ceil(bs).saturating_add(recent))
+            }
         }
     }
 
@@ -78,7 +125,7 @@ impl Retention {
     pub fn max_blocks(self, block_size: usize) -> Option<usize> {
         let bs = block_size.max(1);
         match self {
-            Retention::Full => None,
+            Retention::Full | Retention::Sliding { .. } => None,
             Retention::Window { window, sinks } => {
                 Some(sinks.div_ceil(bs) + (window - sinks).div_ceil(bs) + 1)
             }
@@ -134,6 +181,9 @@ impl PagedCache {
         let Some(seq) = self.seqs.get(&id) else {
             return Slide::default();
         };
+        if let Some(window) = self.retention.mask() {
+            return self.forget_plan(id, window);
+        }
         let evict = self.retention.to_evict(seq.len - seq.evicted, n);
         let (bs, sinks) = (self.pool.block_size(), self.retention.sinks());
         let evicted = seq.evicted + evict;
@@ -157,6 +207,43 @@ impl PagedCache {
     }
     // ANCHOR_END: slide_plan
 
+    // ANCHOR: forget_plan
+    /// A per-query window's plan before a pass that starts at position `len`: the
+    /// blocks wholly inside `sinks..window.forgotten_below(len)`, which neither this
+    /// pass's first query nor any later one sees. Nothing is renumbered: the count of
+    /// dropped positions stays 0, and attention's mask steps over the holes.
+    fn forget_plan(&self, id: SeqId, window: Window) -> Slide {
+        let seq = &self.seqs[&id];
+        let bs = self.pool.block_size();
+        let first = window.sinks.div_ceil(bs);
+        let end = (window.forgotten_below(seq.len) / bs).min(seq.blocks.len());
+        let gone: Vec<usize> = (first..end).filter(|&i| seq.blocks[i] != HOLE).collect();
+        let freed = gone
+            .iter()
+            .filter(|&&i| self.pool.ref_count(seq.blocks[i]) == 1)
+            .count();
+        Slide {
+            evicted: seq.evicted,
+            gone,
+            freed,
+        }
+    }
+    // ANCHOR_END: forget_plan
+
+    /// Whether the queries of a pass that starts at `len` would reach a hole: only
+    /// after a truncate below where a per-query window already gave blocks back.
+    pub(super) fn reaches_a_hole(&self, id: SeqId, len: usize) -> bool {
+        let (Some(seq), Some(window)) = (self.seqs.get(&id), self.retention.mask()) else {
+            return false;
+        };
+        let bs = self.pool.block_size();
+        let sink_blocks = 0..window.sinks.div_ceil(bs);
+        let recent_blocks = window.forgotten_below(len) / bs..len.div_ceil(bs);
+        sink_blocks
+            .chain(recent_blocks)
+            .any(|i| seq.blocks.get(i) == Some(&HOLE))
+    }
+
     /// Drops what the plan drops: the count grows, and each block wholly inside goes
     /// back to the pool, leaving a hole in the table.
     pub(super) fn slide(&mut self, id: SeqId, plan: &Slide) {
@@ -178,6 +265,15 @@ impl PagedCache {
             Retention::Full => Ok(()),
             Retention::Window { window, sinks } => {
                 check_window_pass(window, sinks, self.rows_held(id), n)
+            }
+            Retention::Sliding { window, .. } => {
+                let len = self.seqs.get(&id).map_or(0, |s| s.len);
+                if self.reaches_a_hole(id, len) {
+                    return Err(Error::InvalidArgument(format!(
+                        "the sliding window ({window} positions) gave back blocks that a query at position {len} would read: a rollback cannot go below the pass that slid past them; start the sequence again"
+                    )));
+                }
+                Ok(())
             }
         }
     }

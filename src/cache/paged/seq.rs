@@ -3,12 +3,13 @@
 //! `PagedCache`'s write-path methods (`prepare_seq`, `write_seq`, ... in `paged/mod.rs`).
 //! Book: paged-attention.md.
 
-use super::{PagedCache, Retention, SeqId, Sequence};
+use super::{PagedCache, Retention, SeqId, Sequence, HOLE};
 use crate::cache::element::KvElement;
 use crate::cache::view::KvView;
 use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::Result;
+use crate::mask::Window;
 use std::borrow::BorrowMut;
 
 // ANCHOR: paged_seq
@@ -115,6 +116,9 @@ impl<C: BorrowMut<PagedCache>> KvStore for PagedSeq<C> {
     fn max_pass_tokens(&self) -> usize {
         self.cache().pass_limit(self.id)
     }
+    fn window(&self) -> Option<Window> {
+        self.cache().retention().mask()
+    }
     fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
         self.cache.borrow_mut().prepare_seq(self.id, tokens)
     }
@@ -130,12 +134,20 @@ impl<C: BorrowMut<PagedCache>> KvStore for PagedSeq<C> {
     fn truncate(&mut self, len: usize) {
         self.cache.borrow_mut().truncate_seq(self.id, len)
     }
-    /// The blocks in this sequence's table (a block shared with others counts fully).
+    /// The blocks in this sequence's table, holes aside (a block shared with others
+    /// counts fully).
     fn bytes_reserved(&self) -> usize {
-        self.seq().blocks.len() * self.cache().block_bytes
+        let held = self.seq().blocks.iter().filter(|&&b| b != HOLE).count();
+        held * self.cache().block_bytes
     }
+    /// The rows attention reads: those held, or under a window per query the positions
+    /// the next token sees (as a local layer's ring, `hybrid.rs`).
     fn bytes_used(&self) -> usize {
-        self.rows_held() * self.cache().token_bytes
+        let rows = match self.window() {
+            Some(w) => self.len().min(w.size),
+            None => self.rows_held(),
+        };
+        rows * self.cache().token_bytes
     }
     /// Copy-on-write copies in the whole pool.
     fn bytes_copied(&self) -> usize {

@@ -14,7 +14,7 @@ pub struct RecordArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// The scenario: prefix-sharing, stall-continuous, stall-chunked, preemption,
-    /// pool-f32, pool-int8 (`--list` says what each shows).
+    /// pool-f32, pool-int8, pool-sliding (`--list` says what each shows).
     #[arg(required_unless_present = "list")]
     pub scenario: Option<String>,
     /// The trace file to write.

@@ -25,7 +25,7 @@ pub fn batch_throughput(data: &Data) -> DrawResult<(String, String)> {
         let c = num(p, "concurrency")?;
         of_roof.push(format!(
             "{c}: {:.0}%",
-            100.0 * num(p, "continuous_tok_s")? * roof_step_ms / (c * 1e3)
+            100.0 * num(p, "continuous_tok_s")? / roof_tok_s(c, roof_step_ms)
         ));
         all_identical &= field(p, "tokens_identical")?.as_bool() == Some(true);
         parts.push(format!(
@@ -52,6 +52,12 @@ pub fn batch_throughput(data: &Data) -> DrawResult<(String, String)> {
     Ok((svg, what))
 }
 
+/// The roofline's prediction at `c` concurrent requests: c decode rows cost one weight
+/// stream of `roof_step_ms`.
+fn roof_tok_s(c: f64, roof_step_ms: f64) -> f64 {
+    c * 1e3 / roof_step_ms
+}
+
 /// Tokens/s against concurrency: both engines and the bandwidth roof, the roof whole at
 /// every concurrency. It grows c-fold while the measured lines flatten, an order of
 /// magnitude below it at 16 requests, so the y axis is logarithmic and spans all three;
@@ -68,10 +74,9 @@ fn throughput_chart(report: &Value) -> DrawResult<Chart> {
     let roof_step_ms = num(report, "roof_step_ms")?;
     let continuous = pts("continuous_tok_s")?;
     let sequential = pts("sequential_tok_s")?;
-    // The roofline's prediction: c decode rows cost one weight stream.
     let roof: Vec<(f64, f64)> = continuous
         .iter()
-        .map(|&(c, _)| (c, c * 1e3 / roof_step_ms))
+        .map(|&(c, _)| (c, roof_tok_s(c, roof_step_ms)))
         .collect();
     let ys = || {
         continuous
