@@ -12,7 +12,7 @@ use common::{bits, real_model_present, step_logits_on, tiny_config, MODEL_DIR};
 use kvlab::backend::{cpu_decoder, CacheLayout};
 use kvlab::batch::{batch_model, BatchModel};
 use kvlab::cache::paged::BlockPool;
-use kvlab::cache::{new_policy_store, KvElement, KvPolicy};
+use kvlab::cache::{new_policy_store, KvElement, KvPolicy, RowCodes};
 use kvlab::device::{WeightDtype, WeightLayout};
 use kvlab::engine::{
     Engine, EngineConfig, EngineHandle, Event, FinishReason, Policy, Request, SamplingParams,
@@ -173,9 +173,10 @@ proptest! {
 
     /// Random requests arriving at random iterations, any policy, any budget, a pool
     /// from roomy to barely one request (preemptions), blocks of f32, int8 or int4
-    /// per-token codes, or f32 blocks under a window per query (`--kv sliding`, which
-    /// gives blocks back mid-request): every request's tokens and logits equal its solo
-    /// run on a contiguous cache of the same kind (for the window, its ring), bitwise,
+    /// per-token codes, or f32, int8 or int4 blocks under a window per query (`--kv
+    /// [int8+]sliding`, which gives blocks back mid-request): every request's tokens and
+    /// logits equal its solo run on a contiguous cache of the same kind (for the f32
+    /// window, its ring; for codes under a window, every row kept and masked), bitwise,
     /// and every request finishes.
     #[test]
     fn every_request_gets_its_solo_tokens_and_logits(
@@ -189,7 +190,7 @@ proptest! {
             (0usize..12, 1usize..30, 1usize..12, any::<bool>(), any::<u64>(), any::<bool>()),
             1..8,
         ),
-        element in 0usize..5,
+        element in 0usize..7,
         draft_len in 0usize..4,
     ) {
         // head_dim is a multiple of 4 here: an int4 group of 4 channels tiles every head.
@@ -197,8 +198,10 @@ proptest! {
             KvPolicy::Full,
             KvPolicy::Int8,
             KvPolicy::Int4PerToken { group: 4 },
-            KvPolicy::Sliding { window: 6, sinks: 2 },
-            KvPolicy::Sliding { window: 3, sinks: 0 },
+            KvPolicy::Sliding { window: 6, sinks: 2, codes: RowCodes::F32 },
+            KvPolicy::Sliding { window: 3, sinks: 0, codes: RowCodes::F32 },
+            KvPolicy::Sliding { window: 5, sinks: 1, codes: RowCodes::Int8 },
+            KvPolicy::Sliding { window: 4, sinks: 0, codes: RowCodes::Int4PerToken { group: 4 } },
         ][element];
         // Speculation (greedy requests): drafts must not change a token or a bit.
         let speculation = (draft_len > 0).then(|| Speculation::new(2, draft_len).unwrap());
@@ -655,8 +658,22 @@ fn real_model_sliding_window_equals_solo_generate() {
     let kv = KvPolicy::Sliding {
         window: 8,
         sinks: 2,
+        codes: RowCodes::F32,
     };
     eight_concurrent_requests_equal_solo(kv, (WeightDtype::F32, WeightLayout::Rows));
+}
+
+/// Every axis at once (`kvlab serve --dtype int8 --kv int8+sliding --window 8 --sinks
+/// 2`): int8 weights, int8 blocks under a window per query that hands blocks back;
+/// each request has the bits of `generate --dtype int8 --kv int8+sliding` alone.
+#[test]
+fn real_model_int8_weights_with_int8_blocks_under_a_window_equal_solo_generate() {
+    let kv = KvPolicy::Sliding {
+        window: 8,
+        sinks: 2,
+        codes: RowCodes::Int8,
+    };
+    eight_concurrent_requests_equal_solo(kv, (WeightDtype::Int8, WeightLayout::Panels));
 }
 
 /// int8 weights (Q8_0 blocks) with an f32 pool: `generate --dtype int8` alone.

@@ -20,7 +20,7 @@ fn unknown_policy_is_named_with_the_known_ones() {
     let text = fixture();
     fails_with(
         &["eval", "--text-file", &text, "--kv", "int3"],
-        "unknown KV policy `int3`: use one of full, int8, int4, int4-per-token, window, sliding, h2o",
+        "unknown KV policy `int3`: use one of full, int8, int4, int4-per-token, window, sliding, int8+sliding, int4-per-token+sliding, h2o",
     );
     fails_with(
         &["generate", "--prompt", "hi", "--kv", "fp8"],

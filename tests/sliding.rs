@@ -9,8 +9,10 @@
 mod common;
 
 use common::tiny_config;
+use kvlab::cache::build::new_composed_store;
 use kvlab::cache::paged::Retention;
-use kvlab::cache::{HybridCache, KvElement, KvPolicy, KvStore, PagedSeq};
+use kvlab::cache::quant::{FakeQuantCache, QuantCache};
+use kvlab::cache::{CacheKind, HybridCache, KvElement, KvPolicy, KvStore, PagedSeq, RowCodes};
 use kvlab::mask::Window;
 use kvlab::model::KvSource;
 use kvlab::{Config, Model};
@@ -157,6 +159,146 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Element × retention (`--kv int8+sliding`, `--kv int4-per-token+sliding`): paged
+    /// blocks of codes that go back to the pool as the window slides give the bits of
+    /// the preallocated quantized cache that keeps every row and masks, and of the f32
+    /// cache of fake-quantized K/V under the same mask, under any cut, block size and
+    /// prefix caching. Both come from the one constructor every path calls
+    /// (`new_composed_store`). A window over the whole text is the unwindowed codes.
+    #[test]
+    fn quantized_rows_under_a_window_are_the_masked_twins_bits(
+        (config, text) in config_strategy().prop_flat_map(|c| {
+            let v = c.vocab_size as u32;
+            (Just(c), prop::collection::vec(0..v, 1..60))
+        }),
+        (size, sinks) in (1usize..12).prop_flat_map(|w| (Just(w), 0..w)),
+        codes in prop_oneof![
+            Just(RowCodes::Int8),
+            Just(RowCodes::Int4PerToken { group: 2 }),
+            Just(RowCodes::Int4PerToken { group: 4 }),
+        ],
+        block_size in 1usize..7,
+        cuts in prop::collection::vec(prop_oneof![3 => Just(1usize), 1 => 1usize..20], 1..6),
+        prefix_caching in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let model = Model::random(config, seed).unwrap();
+        let policy = KvPolicy::Sliding { window: size, sinks, codes };
+        let n = text.len();
+        // The f32 twin: every row fake-quantized, kept, and masked.
+        let mut fake = FakeQuantCache::new(&model.config, policy, n).unwrap();
+        let want = hidden_bits(&model, &mut fake, &text, &[n]);
+        // The codes kept and masked, one pass per cut.
+        let mut masked = QuantCache::new(&model.config, policy, n).unwrap();
+        prop_assert_eq!(&hidden_bits(&model, &mut masked, &text, &cuts), &want, "masked codes");
+        for kind in [CacheKind::Preallocated, CacheKind::Paged, CacheKind::Prefix] {
+            let mut store = new_composed_store(&model.config, kind, policy, n, block_size).unwrap();
+            prop_assert_eq!(&hidden_bits(&model, store.as_mut(), &text, &cuts), &want, "{}", kind.name());
+        }
+        // The pool of code blocks, checked pass by pass: holes only where no later
+        // query looks, never more blocks than the window's peak.
+        let retention = Retention::of(policy).unwrap();
+        let element = KvElement::for_pool(&model.config, policy, "paged").unwrap();
+        prop_assert!(element != KvElement::F32);
+        let mut paged = PagedSeq::single_keeping(
+            &model.config, element, retention, block_size, n.div_ceil(block_size), prefix_caching,
+        ).unwrap();
+        let most_pass = cuts.iter().max().copied().unwrap();
+        let mut got = Vec::new();
+        let mut cut = cuts.iter().cycle();
+        while paged.len() < n {
+            let pos = paged.len();
+            let step = (*cut.next().unwrap()).min(n - pos);
+            let hidden = model
+                .forward_hidden(&text[pos..pos + step], &mut KvSource::Cache(&mut paged))
+                .unwrap();
+            got.extend(hidden.iter().map(|v| v.to_bits()));
+            paged.cache().check_invariants().map_err(TestCaseError::fail)?;
+            let held = paged.cache().block_table(paged.id()).unwrap()
+                .iter().filter(|&&b| b != kvlab::cache::paged::HOLE).count();
+            prop_assert!(held <= retention.peak_blocks(paged.len(), block_size, most_pass));
+        }
+        prop_assert_eq!(&got, &want, "paged codes");
+        if size >= n {
+            let mut unwindowed = QuantCache::new(&model.config, codes.policy(), n).unwrap();
+            prop_assert_eq!(&hidden_bits(&model, &mut unwindowed, &text, &cuts), &want, "no window");
+        }
+        let mut pool = paged.into_cache();
+        let id = pool.sequences().next().unwrap();
+        pool.free(id).unwrap();
+        pool.check_invariants().map_err(TestCaseError::fail)?;
+        prop_assert_eq!(pool.stats().used, 0);
+    }
+}
+
+/// `--kv ELEMENT+RETENTION` parses into one policy whose name and label say both axes;
+/// a composition that cannot be built is refused in one line saying why.
+#[test]
+fn compositions_parse_and_refuse_in_one_line() {
+    use kvlab::cache::PolicyParams;
+    let params = PolicyParams {
+        window: Some(64),
+        sinks: Some(4),
+        ..Default::default()
+    };
+    let int8 = KvPolicy::parse("int8+sliding", params).unwrap();
+    assert_eq!(
+        int8,
+        KvPolicy::Sliding {
+            window: 64,
+            sinks: 4,
+            codes: RowCodes::Int8
+        }
+    );
+    assert_eq!(
+        (int8.name(), int8.label().as_str()),
+        ("int8+sliding", "int8-sliding-w64-s4")
+    );
+    assert_eq!(int8.element_policy(), KvPolicy::Int8);
+    let grouped = PolicyParams {
+        group: Some(16),
+        ..params
+    };
+    let int4 = KvPolicy::parse("int4-per-token+sliding", grouped).unwrap();
+    assert_eq!(int4.label(), "int4-per-token-g16-sliding-w64-s4");
+    // --group means nothing to int8 rows.
+    let err = KvPolicy::parse("int8+sliding", grouped)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--group does nothing"), "{err}");
+    for (name, why) in [
+        ("int4+sliding", "cuts through"),
+        ("int8+window", "per-pass window"),
+        ("int8+h2o", "H2O"),
+        ("int8+int4", "not an element"),
+    ] {
+        let err = KvPolicy::parse(name, params).unwrap_err().to_string();
+        assert!(err.contains(why) && !err.contains('\n'), "{name}: {err}");
+        assert!(
+            err.contains("int8+sliding, int4-per-token+sliding"),
+            "{err}"
+        );
+    }
+    // An engine pool holds int8 blocks under the window; the quantized element's bytes
+    // per token are the unwindowed int8's.
+    let config = Config::smollm2_135m();
+    let element = KvElement::for_pool(&config, int8, "paged").unwrap();
+    assert_eq!(
+        element,
+        KvElement::for_pool(&config, KvPolicy::Int8, "paged").unwrap()
+    );
+    assert_eq!(
+        kvlab::cache::paged::Retention::of(int8).unwrap(),
+        kvlab::cache::paged::Retention::Sliding {
+            window: 64,
+            sinks: 4
+        }
+    );
+}
+
 /// The policy parses from the command line's words and is refused in one line where
 /// it cannot work.
 #[test]
@@ -172,7 +314,8 @@ fn the_policy_parses_and_refuses_in_one_line() {
         policy,
         KvPolicy::Sliding {
             window: 64,
-            sinks: 4
+            sinks: 4,
+            codes: RowCodes::F32,
         }
     );
     assert_eq!(policy.label(), "sliding-w64-s4");

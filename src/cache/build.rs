@@ -8,7 +8,7 @@ use crate::cache::growable::{self, GrowableCache};
 use crate::cache::h2o::H2oCache;
 use crate::cache::hybrid::{self, HybridCache};
 use crate::cache::paged::{PagedSeq, Retention};
-use crate::cache::policy::KvPolicy;
+use crate::cache::policy::{KvPolicy, RowCodes};
 use crate::cache::preallocated::PreallocatedCache;
 use crate::cache::quant::QuantCache;
 use crate::cache::window::WindowCache;
@@ -49,7 +49,11 @@ pub fn new_policy_store(
         KvPolicy::Window { window, sinks } => {
             Ok(Box::new(WindowCache::new(config, window, sinks)?))
         }
-        KvPolicy::Sliding { window, sinks } => Ok(Box::new(HybridCache::sliding(
+        KvPolicy::Sliding {
+            window,
+            sinks,
+            codes: RowCodes::F32,
+        } => Ok(Box::new(HybridCache::sliding(
             config,
             capacity,
             hybrid::DEFAULT_PASS,
@@ -58,6 +62,9 @@ pub fn new_policy_store(
                 sinks,
             },
         )?)),
+        // Quantized rows under a window: every row kept, the mask hiding the unseen
+        // ones (the plain twin; `--cache paged` hands their blocks back).
+        KvPolicy::Sliding { .. } => Ok(Box::new(QuantCache::new(config, policy, capacity)?)),
         KvPolicy::H2o { budget, recent } => Ok(Box::new(H2oCache::new(config, budget, recent)?)),
     }
 }
@@ -89,9 +96,9 @@ pub fn new_store(
 // ANCHOR: composed_store
 /// A cache for one sequence of up to `capacity` positions: the layout `kind` holding
 /// what `policy` keeps. A paged or prefix pool stores f32, int8 or int4-per-token blocks
-/// (`element.rs`), or keeps a window of f32 blocks, per pass or per query (`paged/retention.rs`); the
-/// preallocated layout takes every policy; what a layout cannot hold is refused with
-/// the reason.
+/// (`element.rs`), or keeps a window of blocks, per pass (f32) or per query (f32, int8 or
+/// int4-per-token: `--kv int8+sliding`, `paged/retention.rs`); the preallocated layout
+/// takes every policy; what a layout cannot hold is refused with the reason.
 pub fn new_composed_store(
     config: &Config,
     kind: CacheKind,
@@ -119,7 +126,7 @@ pub fn new_composed_store(
             )?))
         }
         (CacheKind::Growable, _) => Err(Error::InvalidArgument(format!(
-            "--cache growable doubles one f32 buffer and --kv {} needs a cache of its own: use --cache preallocated (every --kv), or paged or prefix (int8, int4-per-token, window, sliding)",
+            "--cache growable doubles one f32 buffer and --kv {} needs a cache of its own: use --cache preallocated (every --kv), or paged or prefix (int8, int4-per-token, window, sliding, int8+sliding, int4-per-token+sliding)",
             policy.name()
         ))),
     }

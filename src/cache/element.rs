@@ -45,8 +45,9 @@ impl KvElement {
             KvPolicy::Window { .. } => Err(Error::InvalidArgument(format!(
                 "--kv window evicts once per forward pass, so what a token sees depends on how its prompt was cut into passes, and a shared --cache {layout} pool (the engine, whose scheduler cuts prompts as the load allows) would change it: serve with --kv full, int8, int4-per-token or sliding (a window per query, the same for any cut); kvlab generate --cache {layout} --kv window runs one sequence in its own pool"
             ))),
-            // A per-query window is a retention of f32 blocks (`paged/retention.rs`).
-            KvPolicy::Sliding { .. } => Ok(KvElement::F32),
+            // A per-query window is a retention (`paged/retention.rs`) of blocks holding
+            // its rows' codes: f32, int8 or int4 per token.
+            KvPolicy::Sliding { codes, .. } => KvElement::for_pool(config, codes.policy(), layout),
             KvPolicy::H2o { .. } => Err(Error::InvalidArgument(format!(
                 "--kv h2o evicts single rows anywhere by the attention they received, and a block of --cache {layout} goes back to the pool only when all its rows have gone (its choice also depends on how the prompt was cut into passes): use --cache preallocated with --kv h2o, or --kv sliding for a window the pool can serve"
             ))),

@@ -61,7 +61,7 @@ pub use h2o::H2oCache;
 pub use hybrid::HybridCache;
 pub use masked::{MaskRule, MaskedCache};
 pub use paged::{PagedCache, PagedSeq, SeqId};
-pub use policy::{KvPolicy, PolicyParams};
+pub use policy::{KvPolicy, PolicyParams, RowCodes};
 pub use preallocated::PreallocatedCache;
 pub use window::WindowCache;
 

@@ -12,6 +12,7 @@
 //! | `int4-per-token` | [`KvPolicy::Int4PerToken`] | every position, int4: keys *and* values per token |
 //! | `window` | [`KvPolicy::Window`] | `window` positions: the first `sinks` and the latest |
 //! | `sliding` | [`KvPolicy::Sliding`] | per query, `window` positions: the first `sinks` and the latest up to it |
+//! | `int8+sliding`, `int4-per-token+sliding` | [`KvPolicy::Sliding`] with [`RowCodes`] | the same window, each row in int8 or int4 |
 //! | `h2o` | [`KvPolicy::H2o`] | `budget` positions: the heaviest hitters and the `recent` last |
 //!
 //! The quantized policies change *how precisely* attention sees each position, the
@@ -21,6 +22,7 @@
 use crate::cache::h2o::check_budget;
 use crate::cache::window::check_window;
 use crate::error::{Error, Result};
+use crate::mask::Window;
 use serde::Serialize;
 
 /// Channels (per-token scales) or tokens (per-channel scales) sharing one int4 scale when
@@ -49,21 +51,58 @@ pub enum KvPolicy {
     /// sinks, `src/mask.rs`): the token at `p` sees the first `sinks` positions and the
     /// `window - sinks` up to itself, however its prompt was cut into passes. The cache
     /// keeps what a later query can still see.
-    Sliding { window: usize, sinks: usize },
+    /// `codes`: what each kept row is stored as (`--kv int8+sliding`): the element
+    /// and the retention are two axes, and a per-token code fits any row a window keeps.
+    Sliding {
+        window: usize,
+        sinks: usize,
+        codes: RowCodes,
+    },
     /// Heavy-hitter oracle (Zhang et al. 2023): `budget` positions, the `recent` last ones
     /// and those with the largest accumulated attention.
     H2o { budget: usize, recent: usize },
 }
 // ANCHOR_END: kv_policy
 
+// ANCHOR: row_codes
+/// What each row of a per-query window is stored as: f32, or the per-token codes of
+/// `--kv int8` and `--kv int4-per-token` (each row quantized on its own, so a window
+/// may keep or drop it alone). KIVI's per-channel keys are not among them: a scale
+/// spans `group` positions, which a window would cut through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(tag = "codes", rename_all = "kebab-case")]
+pub enum RowCodes {
+    #[default]
+    F32,
+    Int8,
+    Int4PerToken {
+        group: usize,
+    },
+}
+// ANCHOR_END: row_codes
+
+impl RowCodes {
+    /// The policy that stores every position this way: `schemes`, `KvElement` and the
+    /// quantized caches read their codes from it.
+    pub fn policy(self) -> KvPolicy {
+        match self {
+            RowCodes::F32 => KvPolicy::Full,
+            RowCodes::Int8 => KvPolicy::Int8,
+            RowCodes::Int4PerToken { group } => KvPolicy::Int4PerToken { group },
+        }
+    }
+}
+
 /// The `--kv` names, in the order of the table above.
-pub const POLICY_NAMES: [&str; 7] = [
+pub const POLICY_NAMES: [&str; 9] = [
     "full",
     "int8",
     "int4",
     "int4-per-token",
     "window",
     "sliding",
+    "int8+sliding",
+    "int4-per-token+sliding",
     "h2o",
 ];
 
@@ -100,14 +139,21 @@ impl KvPolicy {
                 })?,
                 sinks: params.sinks.unwrap_or(0),
             },
-            "sliding" => KvPolicy::Sliding {
-                window: params.window.ok_or_else(|| {
-                    Error::InvalidArgument(
-                        "--kv sliding needs --window W: the positions each token sees".into(),
-                    )
-                })?,
-                sinks: params.sinks.unwrap_or(0),
-            },
+            "sliding" | "full+sliding" | "int8+sliding" | "int4-per-token+sliding" => {
+                KvPolicy::Sliding {
+                    window: params.window.ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "--kv {name} needs --window W: the positions each token sees"
+                        ))
+                    })?,
+                    sinks: params.sinks.unwrap_or(0),
+                    codes: match name {
+                        "int8+sliding" => RowCodes::Int8,
+                        "int4-per-token+sliding" => RowCodes::Int4PerToken { group },
+                        _ => RowCodes::F32,
+                    },
+                }
+            }
             "h2o" => {
                 let budget = params.budget.ok_or_else(|| {
                     Error::InvalidArgument(
@@ -119,6 +165,7 @@ impl KvPolicy {
                     recent: params.recent.unwrap_or(budget / 2),
                 }
             }
+            other if other.contains('+') => return Err(refuse_combination(other)),
             other => {
                 return Err(Error::InvalidArgument(format!(
                     "unknown KV policy `{other}`: use one of {}",
@@ -131,6 +178,10 @@ impl KvPolicy {
         let reads: &[&str] = match policy {
             KvPolicy::Full | KvPolicy::Int8 => &[],
             KvPolicy::Int4Kivi { .. } | KvPolicy::Int4PerToken { .. } => &["--group"],
+            KvPolicy::Sliding {
+                codes: RowCodes::Int4PerToken { .. },
+                ..
+            } => &["--window", "--sinks", "--group"],
             KvPolicy::Window { .. } | KvPolicy::Sliding { .. } => &["--window", "--sinks"],
             KvPolicy::H2o { .. } => &["--budget", "--recent"],
         };
@@ -144,12 +195,12 @@ impl KvPolicy {
         if let Some((flag, _)) = given.iter().find(|(f, on)| *on && !reads.contains(f)) {
             return Err(Error::InvalidArgument(format!(
                 "{flag} does nothing with --kv {name}: drop it, or pick the policy that reads it \
-                 (--window/--sinks: window, sliding; --budget/--recent: h2o; --group: int4, int4-per-token)"
+                 (--window/--sinks: window, sliding; --budget/--recent: h2o; --group: int4, int4-per-token, int4-per-token+sliding)"
             )));
         }
         // A window or budget that cannot work fails here, before a model loads.
         match policy {
-            KvPolicy::Window { window, sinks } | KvPolicy::Sliding { window, sinks } => {
+            KvPolicy::Window { window, sinks } | KvPolicy::Sliding { window, sinks, .. } => {
                 check_window(window, sinks)?
             }
             KvPolicy::H2o { budget, recent } => check_budget(budget, recent)?,
@@ -166,7 +217,11 @@ impl KvPolicy {
             KvPolicy::Int4Kivi { .. } => "int4",
             KvPolicy::Int4PerToken { .. } => "int4-per-token",
             KvPolicy::Window { .. } => "window",
-            KvPolicy::Sliding { .. } => "sliding",
+            KvPolicy::Sliding { codes, .. } => match codes {
+                RowCodes::F32 => "sliding",
+                RowCodes::Int8 => "int8+sliding",
+                RowCodes::Int4PerToken { .. } => "int4-per-token+sliding",
+            },
             KvPolicy::H2o { .. } => "h2o",
         }
     }
@@ -180,7 +235,14 @@ impl KvPolicy {
                 format!("{}-g{group}", self.name())
             }
             KvPolicy::Window { window, sinks } => format!("window-w{window}-s{sinks}"),
-            KvPolicy::Sliding { window, sinks } => format!("sliding-w{window}-s{sinks}"),
+            KvPolicy::Sliding {
+                window,
+                sinks,
+                codes,
+            } => match codes {
+                RowCodes::F32 => format!("sliding-w{window}-s{sinks}"),
+                _ => format!("{}-sliding-w{window}-s{sinks}", codes.policy().label()),
+            },
             KvPolicy::H2o { budget, recent } => format!("h2o-b{budget}-r{recent}"),
         }
     }
@@ -190,4 +252,46 @@ impl KvPolicy {
     pub fn is_exact(&self) -> bool {
         matches!(self, KvPolicy::Full)
     }
+
+    /// The mask a per-query window lays on attention; `None` for every other policy (a
+    /// per-pass window or H2O drops rows instead of masking them).
+    pub fn window(&self) -> Option<Window> {
+        match *self {
+            KvPolicy::Sliding { window, sinks, .. } => Some(Window {
+                size: window,
+                sinks,
+            }),
+            _ => None,
+        }
+    }
+
+    /// What each kept row is stored as, as the policy that stores every position that
+    /// way: `int8+sliding` → `int8`; a policy that is not a composition is its own.
+    pub fn element_policy(&self) -> KvPolicy {
+        match *self {
+            KvPolicy::Sliding { codes, .. } => codes.policy(),
+            other => other,
+        }
+    }
+}
+
+/// Why `--kv ELEMENT+RETENTION` cannot be built, when it is not one of the compositions
+/// in [`POLICY_NAMES`].
+fn refuse_combination(name: &str) -> Error {
+    let (element, retention) = name.split_once('+').unwrap_or((name, ""));
+    let why = match (element, retention) {
+        ("int4" | "int4-kivi", _) => "KIVI's keys share a scale across `group` positions, which a window cuts through: use int4-per-token+sliding".to_string(),
+        (_, "window") => "a per-pass window's ring holds f32 rows: use ELEMENT+sliding (a window per query), which every layout holds in int8 or int4-per-token".to_string(),
+        (_, "h2o") => "H2O's ring holds f32 rows ranked by the attention they received: use --kv h2o alone, or int8+sliding".to_string(),
+        _ => format!("`{name}` is not an element (full, int8, int4-per-token) joined to a retention (sliding)"),
+    };
+    Error::InvalidArgument(format!(
+        "--kv {name}: {why}; the compositions are {}",
+        POLICY_NAMES
+            .iter()
+            .filter(|n| n.contains('+'))
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }

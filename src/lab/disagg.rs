@@ -106,10 +106,11 @@ pub fn run(
         ..EngineConfig::default()
     };
     let element = KvElement::for_pool(model.config(), options.kv, "paged")?;
-    if options.kv.name() == "sliding" {
-        return Err(Error::InvalidArgument(
-            "--kv sliding gives a prompt's early blocks back while it prefills, and a KV transfer carries every prompt row to the decode engine: run bench-disagg with --kv full, int8 or int4-per-token".into(),
-        ));
+    if options.kv.window().is_some() {
+        return Err(Error::InvalidArgument(format!(
+            "--kv {} gives a prompt's early blocks back while it prefills, and a KV transfer carries every prompt row to the decode engine: run bench-disagg with --kv full, int8 or int4-per-token",
+            options.kv.name()
+        )));
     }
     for p in &planned {
         crate::engine::validate(model.config(), &config, request_of(p))?;

@@ -16,8 +16,10 @@
 //! - `KL(p || q) = Σ_v p_v (log p_v - log q_v)`, in nats: what the policy's rounding or
 //!   forgetting changes in the whole distribution, not only at the true token.
 
+use crate::cache::build::new_composed_store;
 use crate::cache::{
-    contiguous_full, new_policy_store, HybridCache, KvPolicy, KvStore, PreallocatedCache,
+    contiguous_full, new_policy_store, CacheKind, HybridCache, KvPolicy, KvStore,
+    PreallocatedCache, RowCodes, DEFAULT_BLOCK_SIZE,
 };
 use crate::error::{Error, Result};
 use crate::generate::forward_hidden_in_passes;
@@ -160,7 +162,11 @@ pub fn eval<E: WeightElem>(model: &Model<E>, ids: &[u32], policy: KvPolicy) -> R
         KvPolicy::Full => None,
         // One token per pass: a window per query needs a ring of `window` slots, no
         // room for a longer pass (the `window - 1` before the token, and the token).
-        KvPolicy::Sliding { window, sinks } => {
+        KvPolicy::Sliding {
+            window,
+            sinks,
+            codes: RowCodes::F32,
+        } => {
             let window = Window {
                 size: window,
                 sinks,
@@ -168,6 +174,15 @@ pub fn eval<E: WeightElem>(model: &Model<E>, ids: &[u32], policy: KvPolicy) -> R
             let ring = HybridCache::sliding(&model.config, n, 1, window)?;
             Some(Box::new(ring) as Box<dyn KvStore>)
         }
+        // Quantized rows under a window: paged blocks of codes that go back to the pool
+        // as the window slides, so the bytes measured are the window's, not the text's.
+        KvPolicy::Sliding { .. } => Some(new_composed_store(
+            &model.config,
+            CacheKind::Paged,
+            policy,
+            n,
+            DEFAULT_BLOCK_SIZE,
+        )?),
         _ => Some(new_policy_store(&model.config, policy, n)?),
     };
     let mut totals = Totals::default();

@@ -10,7 +10,7 @@
 //! the same at every run; only the times differ.
 
 use crate::batch::BatchModel;
-use crate::cache::{KvElement, KvPolicy};
+use crate::cache::{KvElement, KvPolicy, RowCodes};
 use crate::engine::{Engine, EngineConfig, Policy, RequestState, Snapshot, TraceWriter};
 use crate::error::{Error, Result};
 use crate::lab::engine_load::{greedy, submit_error};
@@ -136,6 +136,7 @@ fn scenario(name: &str) -> Result<Scenario> {
             kv: KvPolicy::Sliding {
                 window: 32,
                 sinks: 4,
+                codes: RowCodes::F32,
             },
             ..plain(Policy::ContinuousChunked, 32, 12, questions(6, 0, 48))
         },

@@ -309,13 +309,13 @@ impl CacheArgs {
 /// the cache"): one flag, one parser, for `eval`, `generate`, `compare` and `chat`.
 #[derive(Args, Clone)]
 pub struct KvArgs {
-    /// KV cache policy: full, int8, int4 (KIVI: keys per channel), int4-per-token, window (per pass), sliding (per query), h2o.
+    /// KV cache policy: full, int8, int4 (KIVI: keys per channel), int4-per-token, window (per pass), sliding (per query), h2o; or rows in codes under a window per query: int8+sliding, int4-per-token+sliding.
     #[arg(long, default_value = "full", value_name = "POLICY")]
     pub kv: String,
-    /// With --kv window or sliding: the positions kept (window) or seen by each token (sliding), sinks included.
+    /// With --kv window or [ELEMENT+]sliding: the positions kept (window) or seen by each token (sliding), sinks included.
     #[arg(long)]
     pub window: Option<usize>,
-    /// With --kv window or sliding: the first positions always kept (attention sinks).
+    /// With --kv window or [ELEMENT+]sliding: the first positions always kept (attention sinks).
     #[arg(long)]
     pub sinks: Option<usize>,
     /// With --kv h2o: positions kept.
@@ -324,7 +324,7 @@ pub struct KvArgs {
     /// With --kv h2o: of the budget, the most recent positions (default: half).
     #[arg(long)]
     pub recent: Option<usize>,
-    /// With --kv int4 / int4-per-token: values per scale (channels; tokens for KIVI's
+    /// With --kv int4 / int4-per-token[+sliding]: values per scale (channels; tokens for KIVI's
     /// per-channel keys). Must divide head_dim. Default 32.
     #[arg(long)]
     pub group: Option<usize>,

@@ -51,15 +51,16 @@ pub enum Retention {
 // ANCHOR_END: retention
 
 impl Retention {
-    /// The retention of `--kv policy`: a window for `--kv window`, every position for
-    /// the others (which say what a position *is*, not which are kept).
+    /// The retention of `--kv policy`: a window for `--kv window` and `--kv
+    /// [ELEMENT+]sliding`, every position for the others (which say what a position
+    /// *is*, not which are kept).
     pub fn of(policy: KvPolicy) -> Result<Retention> {
         match policy {
             KvPolicy::Window { window, sinks } => {
                 check_window(window, sinks)?;
                 Ok(Retention::Window { window, sinks })
             }
-            KvPolicy::Sliding { window, sinks } => {
+            KvPolicy::Sliding { window, sinks, .. } => {
                 check_window(window, sinks)?;
                 Ok(Retention::Sliding { window, sinks })
             }

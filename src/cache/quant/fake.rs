@@ -16,6 +16,7 @@ use crate::cache::view::KvView;
 use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::mask::Window;
 
 /// An f32 cache holding fake-quantized K and V: `[n_layers, capacity, kv_dim]` each.
 pub struct FakeQuantCache {
@@ -23,6 +24,9 @@ pub struct FakeQuantCache {
     v_cache: Vec<f32>,
     key_scheme: Scheme,
     value_scheme: Scheme,
+    /// A per-query window's mask (`--kv int8+sliding`): every row kept, the unseen ones
+    /// hidden, as [`super::QuantCache`] does.
+    window: Option<Window>,
     n_layers: usize,
     capacity: usize,
     kv_dim: usize,
@@ -40,6 +44,7 @@ impl FakeQuantCache {
             v_cache: zeroed_buffer("the fake-quantized KV cache", &dims)?,
             key_scheme,
             value_scheme,
+            window: policy.window(),
             n_layers,
             capacity,
             kv_dim,
@@ -94,6 +99,9 @@ fn fake_quantize(
 impl KvStore for FakeQuantCache {
     fn len(&self) -> usize {
         self.len
+    }
+    fn window(&self) -> Option<Window> {
+        self.window
     }
     fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
         if self.len + tokens.len() > self.capacity {

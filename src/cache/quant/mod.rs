@@ -36,8 +36,10 @@ use crate::cache::view::KvView;
 use crate::cache::KvStore;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::mask::Window;
 
-/// The key and value schemes of a quantized policy, checked against the model's heads.
+/// The key and value schemes of a quantized policy (or of the rows a composed one
+/// keeps: `int8+sliding` stores int8), checked against the model's heads.
 pub fn schemes(config: &Config, policy: KvPolicy) -> Result<(Scheme, Scheme)> {
     let head_dim = config.head_dim();
     let check_group = |group: usize| -> Result<usize> {
@@ -54,7 +56,7 @@ pub fn schemes(config: &Config, policy: KvPolicy) -> Result<(Scheme, Scheme)> {
             "head_dim {head_dim} is odd: int4 codes are packed two a byte per head; quantized caches need an even head_dim"
         )));
     }
-    Ok(match policy {
+    Ok(match policy.element_policy() {
         KvPolicy::Int8 => {
             let per_head = Scheme::Int8PerToken { group: head_dim };
             (per_head, per_head)
@@ -90,10 +92,14 @@ fn largest_divisor_up_to(n: usize, cap: usize) -> usize {
 
 // ANCHOR: quant_cache
 /// A preallocated cache of `capacity` positions whose K and V are stored quantized.
+/// Under a per-query window (`--kv int8+sliding`) it still keeps every row and lets the
+/// mask hide what a query does not see: the plain twin of the paged pool that hands
+/// those rows' blocks back (`tests/sliding.rs`).
 pub struct QuantCache {
     keys: Side,
     values: Side,
     policy: KvPolicy,
+    window: Option<Window>,
     len: usize,
     capacity: usize,
     kv_dim: usize,
@@ -110,6 +116,7 @@ impl QuantCache {
             keys: Side::new(key_scheme, n_layers, capacity, kv_dim)?,
             values: Side::new(value_scheme, n_layers, capacity, kv_dim)?,
             policy,
+            window: policy.window(),
             len: 0,
             capacity,
             kv_dim,
@@ -129,6 +136,9 @@ impl QuantCache {
 impl KvStore for QuantCache {
     fn len(&self) -> usize {
         self.len
+    }
+    fn window(&self) -> Option<Window> {
+        self.window
     }
     fn prepare(&mut self, tokens: &[u32]) -> Result<()> {
         if self.len + tokens.len() > self.capacity {
