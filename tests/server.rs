@@ -12,7 +12,7 @@ mod common;
 
 use common::{cli, real_model_present, MODEL_DIR};
 use kvlab::batch::{batch_model, BatchModel};
-use kvlab::cache::KvPolicy;
+use kvlab::cache::{KvPolicy, RowCodes};
 use kvlab::device::{WeightDtype, WeightLayout};
 use kvlab::engine::{EngineConfig, Policy, Speculation};
 use kvlab::server::loadtest::SseReader;
@@ -585,8 +585,9 @@ async fn a_full_queue_answers_429_and_every_admitted_request_completes() {
     assert_eq!(status, 200, "{value}");
 }
 
-/// Three servers, each combining a weight format with a KV pool element, as
-/// `kvlab serve --dtype D --layout L --kv K` would: 8 streamed completions at once, each
+/// Five servers, each combining a weight format with a KV pool element (one of them int8
+/// blocks under a window per query, two with prompt-lookup drafts), as `kvlab serve
+/// --dtype D --layout L --kv K [--window W --sinks S]` would: 8 streamed completions at once, each
 /// equal to the same request sent alone afterwards, and (the first two prompts) to
 /// `kvlab generate --dtype D --layout L --cache paged --kv K`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -619,6 +620,18 @@ async fn eight_streams_on_any_weights_and_pool_equal_each_alone_and_generate() {
             WeightDtype::Bf16,
             WeightLayout::Panels,
             KvPolicy::Int8,
+            ngram,
+        ),
+        // int8 weights, int8 blocks under a window per query of 8 with 2 sinks (the
+        // prompts are longer than the window, so it masks), and drafts.
+        (
+            WeightDtype::Int8,
+            WeightLayout::Panels,
+            KvPolicy::Sliding {
+                window: 8,
+                sinks: 2,
+                codes: RowCodes::Int8,
+            },
             ngram,
         ),
     ];
@@ -703,9 +716,15 @@ async fn eight_streams_on_any_weights_and_pool_equal_each_alone_and_generate() {
             assert_eq!(text, &alone, "{combination}: {p:?} among 8 vs alone");
         }
         let kv_name = kv.name();
+        let window = kv
+            .window()
+            .map(|w| (w.size.to_string(), w.sinks.to_string()));
         for (p, text) in prompts.iter().zip(&together).take(2) {
             let mut args = vec!["generate", "--prompt", p.as_str(), "--max-new-tokens", "10"];
             args.extend(["--dtype", dtype.name(), "--cache", "paged", "--kv", kv_name]);
+            if let Some((size, sinks)) = &window {
+                args.extend(["--window", size.as_str(), "--sinks", sinks.as_str()]);
+            }
             if dtype != WeightDtype::Int8 {
                 args.extend(["--layout", layout.name()]);
             }
