@@ -12,7 +12,9 @@ use common::tiny_config;
 use kvlab::cache::build::new_composed_store;
 use kvlab::cache::paged::Retention;
 use kvlab::cache::quant::{FakeQuantCache, QuantCache};
-use kvlab::cache::{CacheKind, HybridCache, KvElement, KvPolicy, KvStore, PagedSeq, RowCodes};
+use kvlab::cache::{
+    CacheKind, HybridCache, KvElement, KvPolicy, KvStore, PagedCache, PagedSeq, RowCodes,
+};
 use kvlab::mask::Window;
 use kvlab::model::KvSource;
 use kvlab::{Config, Model};
@@ -48,6 +50,51 @@ fn hidden_bits(model: &Model, cache: &mut dyn KvStore, text: &[u32], cuts: &[usi
         out.extend(hidden.iter().map(|v| v.to_bits()));
     }
     out
+}
+
+/// Feeds `text` to the paged sequence in passes of the sizes `cuts` gives (cycled) and
+/// returns its hidden states as bits, checking after every pass that the pool's
+/// invariants hold (a hole only where no later query looks) and that the sequence holds
+/// no more blocks than `Retention::peak_blocks`.
+fn paged_bits_checked(
+    model: &Model,
+    paged: &mut PagedSeq<PagedCache>,
+    text: &[u32],
+    cuts: &[usize],
+    retention: Retention,
+    block_size: usize,
+) -> Result<Vec<u32>, TestCaseError> {
+    let mut got = Vec::new();
+    let mut cut = cuts.iter().cycle();
+    let most_pass = cuts.iter().max().copied().unwrap();
+    while paged.len() < text.len() {
+        let pos = paged.len();
+        let n = (*cut.next().unwrap()).min(text.len() - pos);
+        let hidden = model
+            .forward_hidden(&text[pos..pos + n], &mut KvSource::Cache(paged))
+            .unwrap();
+        got.extend(hidden.iter().map(|v| v.to_bits()));
+        paged
+            .cache()
+            .check_invariants()
+            .map_err(TestCaseError::fail)?;
+        let held = (paged.cache().block_table(paged.id()).unwrap().iter())
+            .filter(|&&b| b != kvlab::cache::paged::HOLE)
+            .count();
+        let peak = retention.peak_blocks(paged.len(), block_size, most_pass);
+        prop_assert!(held <= peak, "{} blocks held, peak {}", held, peak);
+    }
+    Ok(got)
+}
+
+/// Frees the sequence: every block is back in the pool and the invariants hold.
+fn free_leaves_nothing(paged: PagedSeq<PagedCache>) -> Result<(), TestCaseError> {
+    let mut pool = paged.into_cache();
+    let id = pool.sequences().next().unwrap();
+    pool.free(id).unwrap();
+    pool.check_invariants().map_err(TestCaseError::fail)?;
+    prop_assert_eq!(pool.stats().used, 0);
+    Ok(())
 }
 
 proptest! {
@@ -88,33 +135,14 @@ proptest! {
             &model.config, KvElement::F32, retention, block_size,
             text.len().div_ceil(block_size), prefix_caching,
         ).unwrap();
-        let mut got = Vec::new();
-        let mut cut = cuts.iter().cycle();
-        let most_pass = cuts.iter().max().copied().unwrap();
-        while paged.len() < text.len() {
-            let pos = paged.len();
-            let n = (*cut.next().unwrap()).min(text.len() - pos);
-            let hidden = model
-                .forward_hidden(&text[pos..pos + n], &mut KvSource::Cache(&mut paged))
-                .unwrap();
-            got.extend(hidden.iter().map(|v| v.to_bits()));
-            paged.cache().check_invariants().map_err(TestCaseError::fail)?;
-            let held = paged.cache().block_table(paged.id()).unwrap()
-                .iter().filter(|&&b| b != kvlab::cache::paged::HOLE).count();
-            let peak = retention.peak_blocks(paged.len(), block_size, most_pass);
-            prop_assert!(held <= peak, "{} blocks held, peak {}", held, peak);
-        }
+        let got = paged_bits_checked(&model, &mut paged, &text, &cuts, retention, block_size)?;
         prop_assert_eq!(&got, &want, "paged");
         // A window that reaches back over the whole text masks nothing: the full cache.
         if size >= text.len() {
             let mut full = kvlab::cache::PreallocatedCache::new(&model.config, text.len()).unwrap();
             prop_assert_eq!(&hidden_bits(&model, &mut full, &text, &cuts), &want, "full");
         }
-        let mut pool = paged.into_cache();
-        let id = pool.sequences().next().unwrap();
-        pool.free(id).unwrap();
-        pool.check_invariants().map_err(TestCaseError::fail)?;
-        prop_assert_eq!(pool.stats().used, 0);
+        free_leaves_nothing(paged)?;
     }
 
     /// A rollback (speculative decoding's) to anywhere in the last pass keeps the bits:
@@ -206,31 +234,13 @@ proptest! {
         let mut paged = PagedSeq::single_keeping(
             &model.config, element, retention, block_size, n.div_ceil(block_size), prefix_caching,
         ).unwrap();
-        let most_pass = cuts.iter().max().copied().unwrap();
-        let mut got = Vec::new();
-        let mut cut = cuts.iter().cycle();
-        while paged.len() < n {
-            let pos = paged.len();
-            let step = (*cut.next().unwrap()).min(n - pos);
-            let hidden = model
-                .forward_hidden(&text[pos..pos + step], &mut KvSource::Cache(&mut paged))
-                .unwrap();
-            got.extend(hidden.iter().map(|v| v.to_bits()));
-            paged.cache().check_invariants().map_err(TestCaseError::fail)?;
-            let held = paged.cache().block_table(paged.id()).unwrap()
-                .iter().filter(|&&b| b != kvlab::cache::paged::HOLE).count();
-            prop_assert!(held <= retention.peak_blocks(paged.len(), block_size, most_pass));
-        }
+        let got = paged_bits_checked(&model, &mut paged, &text, &cuts, retention, block_size)?;
         prop_assert_eq!(&got, &want, "paged codes");
         if size >= n {
             let mut unwindowed = QuantCache::new(&model.config, codes.policy(), n).unwrap();
             prop_assert_eq!(&hidden_bits(&model, &mut unwindowed, &text, &cuts), &want, "no window");
         }
-        let mut pool = paged.into_cache();
-        let id = pool.sequences().next().unwrap();
-        pool.free(id).unwrap();
-        pool.check_invariants().map_err(TestCaseError::fail)?;
-        prop_assert_eq!(pool.stats().used, 0);
+        free_leaves_nothing(paged)?;
     }
 }
 
