@@ -269,19 +269,25 @@ async fn the_event_stream_shows_the_engine_and_the_last_picture_equals_metrics()
     let first = snapshots_until(&mut events, |_| true).await;
     assert_eq!((first[0].iteration, first[0].pool.used), (0, 0));
     let prompt = "The history of the lighthouse begins in the ancient world, where fires on hills guided ships";
-    let sends: Vec<_> = (0..3)
-        .map(|_| {
-            let client = server.client.clone();
-            let url = server.url("/v1/completions");
-            tokio::spawn(async move {
-                let r = client.post(url).json(&completion(prompt, 12)).send().await;
-                r.unwrap().status().as_u16()
-            })
+    let send = || {
+        let client = server.client.clone();
+        let url = server.url("/v1/completions");
+        tokio::spawn(async move {
+            let r = client.post(url).json(&completion(prompt, 12)).send().await;
+            r.unwrap().status().as_u16()
         })
-        .collect();
+    };
+    // One request first, until it decodes: its prompt's full blocks are then in the
+    // prefix cache, so the two that follow share them. (Sent together, all three could
+    // land in one iteration and prefill side by side, sharing nothing.)
+    let mut sends = vec![send()];
+    let mut seen = snapshots_until(&mut events, |s| {
+        s.batch.iter().any(|b| b.kind == RowKind::Decode)
+    })
+    .await;
+    sends.extend([send(), send()]);
     // Until the engine is empty with every answer back (the last picture of an
     // iteration is sent before the answers it finished).
-    let mut seen = Vec::new();
     loop {
         let mut busy = false;
         seen.extend(
