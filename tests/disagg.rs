@@ -115,6 +115,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
     /// Random tiny models, prompts, budgets, block sizes, greedy and seeded sampling.
+    /// `window > 0`: a Gemma-shaped model whose local layers (window 1-5, mostly shorter
+    /// than the prompt) have given blocks back before the transfer: those positions
+    /// travel as zero rows the decoder's mask never reads (`paged/row_io.rs`).
     #[test]
     fn a_shipped_prefill_decodes_to_the_colocated_tokens_and_logits(
         seed in any::<u64>(),
@@ -122,9 +125,17 @@ proptest! {
         budget in 1usize..40,
         bs in 1usize..9,
         element in 0usize..3,
+        window in 0usize..6,
         requests in prop::collection::vec((1usize..30, 2usize..10, any::<bool>(), any::<u64>()), 1..6),
     ) {
-        let model = Arc::new(Model::random(tiny_config(layers, 4, 2, 8, 64), seed).unwrap());
+        let config = match window {
+            0 => tiny_config(layers, 4, 2, 8, 64),
+            w => {
+                let local: Vec<bool> = (0..=layers).map(|l| l % 2 == 0).collect();
+                common::tiny_gemma_config(4, 1, 8, 64, w, &local)
+            }
+        };
+        let model = Arc::new(Model::random(config, seed).unwrap());
         let requests = requests
             .into_iter()
             .map(|(len, max_tokens, sampled, rseed)| {

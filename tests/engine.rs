@@ -11,7 +11,7 @@ mod common;
 use common::{bits, real_model_present, step_logits_on, tiny_config, MODEL_DIR};
 use kvlab::backend::{cpu_decoder, CacheLayout};
 use kvlab::batch::{batch_model, BatchModel};
-use kvlab::cache::paged::BlockPool;
+use kvlab::cache::paged::{blocks_for_sequence, BlockPool};
 use kvlab::cache::{new_policy_store, KvElement, KvPolicy, RowCodes};
 use kvlab::device::{WeightDtype, WeightLayout};
 use kvlab::engine::{
@@ -23,6 +23,7 @@ use kvlab::generate::{GenerateOptions, PathKind};
 use kvlab::simd::WeightElem;
 use kvlab::{Config, Model};
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -193,64 +194,157 @@ proptest! {
         element in 0usize..7,
         draft_len in 0usize..4,
     ) {
-        // head_dim is a multiple of 4 here: an int4 group of 4 channels tiles every head.
-        let kv = [
-            KvPolicy::Full,
-            KvPolicy::Int8,
-            KvPolicy::Int4PerToken { group: 4 },
-            KvPolicy::Sliding { window: 6, sinks: 2, codes: RowCodes::F32 },
-            KvPolicy::Sliding { window: 3, sinks: 0, codes: RowCodes::F32 },
-            KvPolicy::Sliding { window: 5, sinks: 1, codes: RowCodes::Int8 },
-            KvPolicy::Sliding { window: 4, sinks: 0, codes: RowCodes::Int4PerToken { group: 4 } },
-        ][element];
-        // Speculation (greedy requests): drafts must not change a token or a bit.
-        let speculation = (draft_len > 0).then(|| Speculation::new(2, draft_len).unwrap());
-        let model = Arc::new(Model::random(config, seed).unwrap());
-        let vocab = model.config.vocab_size as u64;
-        let shared: Vec<u32> = (0..16).map(|i| (i * 5 % vocab) as u32).collect();
-        let arrivals: Vec<(usize, Request)> = requests
-            .iter()
-            .map(|&(at, len, max_tokens, sampled, rseed, share)| {
-                let mut prompt: Vec<u32> = if share { shared[..len.min(16)].to_vec() } else { vec![] };
-                let mut r = kvlab::rng::Rng::new(rseed);
-                prompt.extend((prompt.len()..len).map(|_| (r.next_u64() % vocab) as u32));
-                let request = Request {
-                    prompt,
-                    max_tokens,
-                    sampling: SamplingParams {
-                        temperature: if sampled { 0.8 } else { 0.0 },
-                        top_p: if sampled { 0.9 } else { 1.0 },
-                        seed: rseed,
-                    },
-                    stop_ids: vec![(rseed % vocab) as u32],
-                };
-                (at, request)
-            })
-            .collect();
-        // The largest request must fit alone; `extra_blocks` more make room for others.
-        let need = arrivals
-            .iter()
-            .map(|(_, r)| (r.prompt.len() + r.max_tokens - 1).div_ceil(bs))
-            .max()
-            .unwrap();
-        let config = EngineConfig {
-            speculation,
-            ..engine_config(&model, policy, budget, need + extra_blocks, bs, kv)
-        };
-        let mut engine = Engine::new(model.clone(), config).unwrap();
-        let expected: Vec<(Vec<u32>, Vec<Vec<f32>>)> =
-            arrivals.iter().map(|(_, r)| solo_with(&model, r, kv)).collect();
-        let (outcomes, _) = run(&mut engine, arrivals);
-        for (id, (tokens, logits)) in expected.iter().enumerate() {
-            let got = &outcomes[&(id as u64)];
-            prop_assert!(got.finish.is_some(), "request {} did not finish", id);
-            prop_assert_eq!(&got.tokens, tokens, "request {} tokens", id);
-            prop_assert_eq!(bits(&got.logits), bits(&logits[..got.logits.len()]), "request {} logits", id);
-            prop_assert_eq!(got.logits.len(), tokens.len() + (got.finish == Some(FinishReason::Stop)) as usize);
-        }
-        let stats = engine.cache().stats();
-        prop_assert_eq!(stats.used, 0, "blocks still held after every request finished");
+        serves_every_request_its_solo_bits(
+            config, seed, policy, budget, bs, extra_blocks, requests, element, draft_len,
+        )?;
     }
+
+    /// The same on Gemma-3-shaped models (local layers, several patterns, a window
+    /// shorter than most requests): the pool keeps a block table per layer group, the
+    /// local groups giving blocks back as their windows slide (`paged/groups.rs`),
+    /// under f32, int8 and int4 per-token blocks.
+    #[test]
+    fn a_model_with_local_layers_gets_its_solo_bits(
+        config in gemma_config_strategy(),
+        seed in any::<u64>(),
+        policy in policy_strategy(),
+        budget in 1usize..48,
+        bs in 1usize..9,
+        extra_blocks in 0usize..30,
+        requests in prop::collection::vec(
+            (0usize..12, 1usize..30, 1usize..12, any::<bool>(), any::<u64>(), any::<bool>()),
+            1..8,
+        ),
+        element in 0usize..3,
+        draft_len in 0usize..4,
+    ) {
+        serves_every_request_its_solo_bits(
+            config, seed, policy, budget, bs, extra_blocks, requests, element, draft_len,
+        )?;
+    }
+}
+
+/// Random Gemma shapes: 2-4 layers, each local or global, a window of 2-6 positions.
+fn gemma_config_strategy() -> impl Strategy<Value = Config> {
+    (
+        prop::collection::vec(any::<bool>(), 2..=4),
+        1usize..=2,
+        1usize..=2,
+        16usize..=64,
+        2usize..=6,
+    )
+        .prop_map(|(local, group, half_head, vocab, window)| {
+            common::tiny_gemma_config(group, 1, 4 * half_head, vocab, window, &local)
+        })
+}
+
+/// The body of the two property tests above: random arrivals, `kv` the `element`-th of
+/// the policies below, and every request's tokens and logits == its solo run.
+#[allow(clippy::too_many_arguments)]
+fn serves_every_request_its_solo_bits(
+    config: Config,
+    seed: u64,
+    policy: Policy,
+    budget: usize,
+    bs: usize,
+    extra_blocks: usize,
+    requests: Vec<(usize, usize, usize, bool, u64, bool)>,
+    element: usize,
+    draft_len: usize,
+) -> Result<(), TestCaseError> {
+    // head_dim is a multiple of 4 here: an int4 group of 4 channels tiles every head.
+    let kv = [
+        KvPolicy::Full,
+        KvPolicy::Int8,
+        KvPolicy::Int4PerToken { group: 4 },
+        KvPolicy::Sliding {
+            window: 6,
+            sinks: 2,
+            codes: RowCodes::F32,
+        },
+        KvPolicy::Sliding {
+            window: 3,
+            sinks: 0,
+            codes: RowCodes::F32,
+        },
+        KvPolicy::Sliding {
+            window: 5,
+            sinks: 1,
+            codes: RowCodes::Int8,
+        },
+        KvPolicy::Sliding {
+            window: 4,
+            sinks: 0,
+            codes: RowCodes::Int4PerToken { group: 4 },
+        },
+    ][element];
+    // Speculation (greedy requests): drafts must not change a token or a bit.
+    let speculation = (draft_len > 0).then(|| Speculation::new(2, draft_len).unwrap());
+    let model = Arc::new(Model::random(config, seed).unwrap());
+    let vocab = model.config.vocab_size as u64;
+    let shared: Vec<u32> = (0..16).map(|i| (i * 5 % vocab) as u32).collect();
+    let arrivals: Vec<(usize, Request)> = requests
+        .iter()
+        .map(|&(at, len, max_tokens, sampled, rseed, share)| {
+            let mut prompt: Vec<u32> = if share {
+                shared[..len.min(16)].to_vec()
+            } else {
+                vec![]
+            };
+            let mut r = kvlab::rng::Rng::new(rseed);
+            prompt.extend((prompt.len()..len).map(|_| (r.next_u64() % vocab) as u32));
+            let request = Request {
+                prompt,
+                max_tokens,
+                sampling: SamplingParams {
+                    temperature: if sampled { 0.8 } else { 0.0 },
+                    top_p: if sampled { 0.9 } else { 1.0 },
+                    seed: rseed,
+                },
+                stop_ids: vec![(rseed % vocab) as u32],
+            };
+            (at, request)
+        })
+        .collect();
+    // The largest request must fit alone; `extra_blocks` more make room for others.
+    // (A model with local layers fills a run of blocks in each layer group's table.)
+    let need = arrivals
+        .iter()
+        .map(|(_, r)| blocks_for_sequence(&model.config, r.prompt.len() + r.max_tokens - 1, bs))
+        .max()
+        .unwrap();
+    let config = EngineConfig {
+        speculation,
+        ..engine_config(&model, policy, budget, need + extra_blocks, bs, kv)
+    };
+    let mut engine = Engine::new(model.clone(), config).unwrap();
+    let expected: Vec<(Vec<u32>, Vec<Vec<f32>>)> = arrivals
+        .iter()
+        .map(|(_, r)| solo_with(&model, r, kv))
+        .collect();
+    let (outcomes, _) = run(&mut engine, arrivals);
+    for (id, (tokens, logits)) in expected.iter().enumerate() {
+        let got = &outcomes[&(id as u64)];
+        prop_assert!(got.finish.is_some(), "request {} did not finish", id);
+        prop_assert_eq!(&got.tokens, tokens, "request {} tokens", id);
+        prop_assert_eq!(
+            bits(&got.logits),
+            bits(&logits[..got.logits.len()]),
+            "request {} logits",
+            id
+        );
+        prop_assert_eq!(
+            got.logits.len(),
+            tokens.len() + (got.finish == Some(FinishReason::Stop)) as usize
+        );
+    }
+    let stats = engine.cache().stats();
+    prop_assert_eq!(
+        stats.used,
+        0,
+        "blocks still held after every request finished"
+    );
+    Ok(())
 }
 
 /// The weight formats `kvlab serve --dtype --layout` offers, each with the model that

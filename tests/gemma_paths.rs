@@ -14,6 +14,7 @@ use kvlab::model::KvSource;
 use kvlab::textbook::{self, TextbookCache};
 use kvlab::{Config, Model};
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
 /// Random Gemma shapes: 1-4 layers, each local or global, a window of 1-6 positions.
 fn config_strategy() -> impl Strategy<Value = Config> {
@@ -378,4 +379,153 @@ fn eval_with_another_model_window_is_exact_at_the_trained_one_and_differs_past_i
     let llama = Model::random(common::tiny_config(2, 2, 1, 8, 48), 1).unwrap();
     let err = eval_model_window(&llama, &ids, 4).unwrap_err().to_string();
     assert!(err.contains("--kv window"), "{err}");
+}
+
+/// Gemma shapes with at least one local and one global layer: the pool has a block
+/// table per layer group (`paged/groups.rs`).
+fn hybrid_config_strategy() -> impl Strategy<Value = Config> {
+    config_strategy().prop_filter("local and global layers", |c| {
+        let local = c.local_layers();
+        local > 0 && local < c.num_hidden_layers
+    })
+}
+
+/// Every layer group's table of `id`: a global group's holds a block for every
+/// `block_size` positions, a local group's no more than its window's peak
+/// (`Retention::peak_blocks`) when no pass brings more than `pass` tokens; and the
+/// allocator's invariants hold.
+fn check_group_tables(
+    cache: &kvlab::cache::PagedCache,
+    id: kvlab::cache::SeqId,
+    pass: usize,
+) -> Result<(), TestCaseError> {
+    use kvlab::cache::paged::HOLE;
+    cache.check_invariants().map_err(TestCaseError::fail)?;
+    let (bs, len) = (cache.block_size(), cache.seq_len(id).unwrap());
+    let groups = cache.layer_groups();
+    for (g, table) in cache.block_tables(id).unwrap().iter().enumerate() {
+        let held = table.iter().filter(|&&b| b != HOLE).count();
+        let retention = groups.retention(g);
+        let most = retention.peak_blocks(len, bs, pass);
+        prop_assert!(
+            held <= most,
+            "group {} ({:?}) holds {} blocks > {}",
+            g,
+            retention,
+            held,
+            most
+        );
+        if retention.mask().is_none() {
+            prop_assert_eq!(held, len.div_ceil(bs), "a global group keeps every block");
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The paged pool of a model with local layers: one sequence prefilled in random
+    /// passes, then decoded speculative-style (each pass brings the next true tokens
+    /// and some junk drafts, and rolls the junk back), prefix caching on or off, then a
+    /// second sequence with the same prompt (a prefix hit in every group's chain). Hidden
+    /// states == the full contiguous cache, bit for bit; after every pass each local
+    /// group's table holds no more than its window's blocks while the global one keeps
+    /// them all; freed, every block is back.
+    #[test]
+    fn a_block_table_per_layer_group_gives_local_blocks_back_and_stays_bitwise(
+        (config, prompt, continuation) in hybrid_config_strategy().prop_flat_map(|c| {
+            let v = c.vocab_size;
+            (Just(c), tokens(v, 1..40), tokens(v, 1..30))
+        }),
+        block_size in 1usize..5,
+        pass in 1usize..6,
+        drafts in prop::collection::vec((1usize..4, 0usize..3), 1..6),
+        prefix_caching in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        use kvlab::cache::paged::blocks_for_sequence;
+        use kvlab::cache::PagedCache;
+        let model = Model::random(config, seed).unwrap();
+        let capacity = prompt.len() + continuation.len() + 3;
+        let mut full = PreallocatedCache::new(&model.config, capacity).unwrap();
+        let n_blocks = 2 * blocks_for_sequence(&model.config, capacity, block_size);
+        let mut cache = PagedCache::new(&model.config, block_size, n_blocks, prefix_caching).unwrap();
+        prop_assert!(cache.layer_groups().len() >= 2);
+        let id = cache.add_sequence();
+        let hidden = |tokens: &[u32], store: &mut dyn KvStore| -> Vec<u32> {
+            model.forward_hidden(tokens, &mut KvSource::Cache(store)).unwrap().iter().map(|v| v.to_bits()).collect()
+        };
+        for chunk in prompt.chunks(pass) {
+            let want = hidden(chunk, &mut full);
+            prop_assert_eq!(hidden(chunk, &mut cache.seq(id).unwrap()), want, "prefill pass");
+            check_group_tables(&cache, id, pass)?;
+        }
+        let (mut i, mut drafts) = (0, drafts.iter().cycle());
+        let width = model.config.hidden_size;
+        while i < continuation.len() {
+            let (&(take, junk), len) = (drafts.next().unwrap(), cache.seq_len(id).unwrap());
+            let accepted = &continuation[i..(i + take).min(continuation.len())];
+            let fed: Vec<u32> = accepted.iter().copied().chain((0..junk as u32).map(|j| j % 7)).collect();
+            let want = hidden(accepted, &mut full);
+            let got = hidden(&fed, &mut cache.seq(id).unwrap());
+            prop_assert_eq!(&got[..accepted.len() * width], &want[..], "verify pass at {}", len);
+            cache.seq(id).unwrap().truncate(len + accepted.len());
+            prop_assert_eq!(cache.seq_len(id), Some(len + accepted.len()), "rolled back within the pass");
+            check_group_tables(&cache, id, fed.len().max(pass))?;
+            i += accepted.len();
+        }
+        // A second sequence with the first one's prompt: its last position's hidden state.
+        let (twin, reused) = cache.add_sequence_with_prefix(&prompt);
+        let mut alone = PreallocatedCache::new(&model.config, prompt.len()).unwrap();
+        let want = hidden(&prompt, &mut alone);
+        let got = hidden(&prompt[reused..], &mut cache.seq(twin).unwrap());
+        prop_assert_eq!(&got[got.len() - width..], &want[want.len() - width..], "after a prefix hit of {}", reused);
+        check_group_tables(&cache, twin, prompt.len())?;
+        cache.free(id).unwrap();
+        cache.free(twin).unwrap();
+        cache.check_invariants().map_err(TestCaseError::fail)?;
+        prop_assert_eq!(cache.stats().used, 0, "blocks still held after both sequences ended");
+    }
+}
+
+/// What the block table per layer group saves, counted: a Gemma-shaped model with five
+/// local layers (window 8) and one global layer, 96 positions decoded one at a time in
+/// blocks of 4. The global table holds all 24 blocks; each local table the blocks the
+/// newest query's 8 positions straddle, at most 3; so the sequence holds at most
+/// 24 + 5 × 3 = 39 blocks of one layer, and 24 + 5 × 2 = 34 at the end (positions
+/// 88..=95 are two whole blocks), against 6 × 24 = 144 if every layer kept every
+/// position.
+#[test]
+fn local_tables_hold_the_window_and_the_global_table_everything() {
+    use kvlab::cache::paged::HOLE;
+    use kvlab::cache::PagedCache;
+    let config = tiny_gemma_config(2, 1, 8, 64, 8, &[true, true, true, true, true, false]);
+    let model = Model::random(config, 3).unwrap();
+    let mut cache = PagedCache::new(&model.config, 4, 200, false).unwrap();
+    assert_eq!(cache.layer_groups().group_size, 1);
+    assert_eq!(cache.layer_groups().groups[0].layers, vec![5]);
+    let id = cache.add_sequence();
+    let mut most = 0;
+    for t in 0..96u32 {
+        model
+            .forward(&[t % 64], KvSource::Cache(&mut cache.seq(id).unwrap()))
+            .unwrap();
+        cache.check_invariants().unwrap();
+        let held: Vec<usize> = (cache.block_tables(id).unwrap().iter())
+            .map(|t| t.iter().filter(|&&b| b != HOLE).count())
+            .collect();
+        assert_eq!(held[0], (t as usize + 1).div_ceil(4), "the global table");
+        assert!(
+            held[1..].iter().all(|&h| h <= 3),
+            "a local table holds {held:?}"
+        );
+        most = most.max(held.iter().sum::<usize>());
+    }
+    assert_eq!(most, 24 + 5 * 3, "blocks at the peak");
+    assert_eq!(cache.stats().used, 24 + 5 * 2, "blocks at the end");
+    let bytes = cache.seq(id).unwrap().bytes_reserved();
+    assert_eq!(bytes, cache.stats().used * cache.block_bytes());
+    // One block holds one layer: 4 positions × (K + V) × 8 channels × 4 bytes.
+    assert_eq!(cache.block_bytes(), 4 * 2 * 8 * 4);
 }

@@ -127,7 +127,7 @@ impl Engine {
             config.kv_budget_bytes,
             config.prefix_caching,
         )?
-        .with_retention(Retention::of(config.kv)?);
+        .with_retention(Retention::of(config.kv)?)?;
         Ok(Engine {
             model,
             config,
@@ -323,6 +323,11 @@ impl Engine {
                 rows_left: self.seqs[id].rows_left(),
             })
             .collect();
+        // A window per query gives back what no later query reads before the plan
+        // counts blocks (`forget_unread`): a block is then either held or available.
+        for seq_id in self.running.iter().filter_map(|id| self.seqs[id].seq_id) {
+            self.cache.forget_unread(seq_id);
+        }
         let mut batch: Vec<Scheduled> = Vec::new();
         let mut reserved = 0; // blocks the picked rows will take
         let picked = pick_batch(&candidates, &budget);

@@ -1,7 +1,7 @@
 //! What a client hands the engine and what it gets back: requests, sampling settings,
 //! events, the policies the scheduler can follow (book: scheduling.md).
 
-use crate::cache::paged::{blocks_in_budget, Retention};
+use crate::cache::paged::{blocks_in_budget, LayerGroups, Retention};
 use crate::cache::{KvElement, KvPolicy};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -246,7 +246,8 @@ pub fn validate(c: &Config, config: &EngineConfig, request: Request) -> Result<V
         Policy::ContinuousChunked => config.max_batch_tokens,
         _ => request.prompt.len().max(config.max_batch_tokens),
     };
-    let needed = Retention::of(config.kv)?.peak_blocks(positions, bs, pass);
+    let groups = LayerGroups::of(c).with_retention(Retention::of(config.kv)?)?;
+    let needed = groups.peak_blocks(positions, bs, pass);
     if needed > n_blocks {
         return Err(Error::InvalidArgument(format!(
             "prompt ({}) + max_tokens ({}) needs {} KV blocks of {bs} positions but the engine's whole pool holds {n_blocks}: shorten the request or give the engine a larger KV budget",

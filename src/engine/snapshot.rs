@@ -179,10 +179,15 @@ impl Engine {
         .chain(self.waiting_ids().map(|id| (id, RequestState::Waiting)))
         {
             let seq = self.sequence(id);
-            let table = (seq.seq_id)
-                .and_then(|s| cache.block_table(s))
-                .unwrap_or(&[]);
-            for &b in table.iter().filter(|&&b| b != HOLE) {
+            // Every layer group's table (one, for a model without local layers).
+            let tables = (seq.seq_id)
+                .and_then(|s| cache.block_tables(s))
+                .unwrap_or_default();
+            let held: Vec<usize> = tables
+                .iter()
+                .flat_map(|t| t.iter().copied().filter(|&b| b != HOLE))
+                .collect();
+            for &b in &held {
                 blocks[b].owners.push(id);
             }
             let prompt = &seq.tokens[..seq.request.prompt.len()];
@@ -195,7 +200,7 @@ impl Engine {
                 generated: seq.generated,
                 max_tokens: seq.request.max_tokens,
                 cached_prompt_tokens: seq.cached_prompt_tokens.unwrap_or(0),
-                blocks: table.iter().filter(|&&b| b != HOLE).count(),
+                blocks: held.len(),
                 prompt_tail: text(&prompt[tail..]),
                 text: text(&seq.tokens[prompt.len()..]),
             });

@@ -8,6 +8,7 @@
 //! - TTFT of a request whose long shared prefix is cached vs the same request cold.
 
 use super::timing::{machine_name, median, ms_since, synthetic_prompt};
+use crate::cache::paged::blocks_for_sequence;
 use crate::cache::{new_store, CacheKind, KvStore, PagedCache};
 use crate::error::{Error, Result};
 use crate::model::{KvSource, Model};
@@ -104,7 +105,7 @@ pub fn prefix_ttft(
     let prompt = |r: usize| -> Vec<u32> {
         [&shared[..], &synthetic_prompt(suffix_len, vocab, r + 1)].concat()
     };
-    let blocks = 2 * (shared_len + suffix_len + 1).div_ceil(block_size);
+    let blocks = 2 * blocks_for_sequence(&model.config, shared_len + suffix_len + 1, block_size);
     let ttft = |cache: &mut PagedCache, prompt: &[u32]| -> Result<(f64, usize)> {
         let t = Instant::now();
         let (id, reused) = cache.add_sequence_with_prefix(prompt);

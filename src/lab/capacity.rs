@@ -13,7 +13,16 @@
 //! budget is full, and counts: with preallocation by formula (checked equal to the real
 //! allocation in `tests/kv_size.rs`), with paging by running the real block allocator
 //! ([`PagedCache::counting_only`]) at every request's peak length.
+//!
+//! A model with local layers (Gemma 3) needs less: a local layer reads only its window.
+//! Preallocated, its cache is a ring per local layer (`cache/hybrid.rs`); paged, each
+//! layer group has its own block table and a local group's blocks go back as its window
+//! slides (`cache/paged/groups.rs`). So a request is filled as an engine runs it, its
+//! prompt in chunks and its output one token at a time, and the report adds the plain
+//! twin, one block table for every layer, to show what the groups buy.
 
+use crate::cache::hybrid::DEFAULT_PASS;
+use crate::cache::paged::{LayerGroups, Retention};
 use crate::cache::{KvElement, KvStore, PagedCache};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -69,7 +78,16 @@ pub struct CapacityReport {
     pub paged: Fit,
     /// Paged requests / preallocated requests.
     pub gain: f64,
+    /// Block tables per request (one per layer group: `cache/paged/groups.rs`).
+    pub layer_groups: usize,
+    /// For a model with local layers: paged with one block table for every layer (the
+    /// plain twin of the groups, which keeps every local row).
+    pub paged_one_table: Option<Fit>,
 }
+
+/// The most tokens one pass of a request's prompt brings (chunked prefill, as an engine
+/// runs a long prompt): the most rows a local layer's table holds beyond its window.
+pub const PREFILL_CHUNK: usize = 512;
 
 // ANCHOR: capacity
 /// Admits `requests` in order into `budget_bytes` of KV cache of `config`'s shape, each
@@ -83,36 +101,37 @@ pub fn capacity(
     requests: &[Request],
 ) -> Result<CapacityReport> {
     let per_token = element.bytes_per_token(config);
-    // Preallocated: prompt + max_new_tokens each, reserved before the first token.
+    let groups = LayerGroups::of(config);
+    // Bytes a request's last query reads: every position of a global layer, the window
+    // of a local one.
+    let row_bytes = per_token / config.num_hidden_layers.max(1);
+    let live_bytes = |r: &Request| groups.rows_read(r.prompt_len + r.output_len) * row_bytes;
+    // Preallocated: prompt + max_new_tokens each (a local layer: its ring), reserved
+    // before the first token.
     let (mut n, mut reserved, mut live) = (0, 0, 0);
     for r in requests {
-        let reserve = (r.prompt_len + max_new_tokens) * per_token;
+        let reserve = preallocated_slots(config, r.prompt_len + max_new_tokens) * row_bytes;
         if reserved + reserve > budget_bytes {
             break;
         }
-        (n, reserved, live) = (
-            n + 1,
-            reserved + reserve,
-            live + (r.prompt_len + r.output_len) * per_token,
-        );
+        (n, reserved, live) = (n + 1, reserved + reserve, live + live_bytes(r));
     }
     let preallocated = fit(n, reserved, live);
 
-    // Paged: the real allocator, each request at its longest (prompt + output).
-    let mut pool = PagedCache::counting_only(config, element, block_size, budget_bytes, false)?;
-    let (mut n, mut live) = (0, 0);
-    for r in requests {
-        let id = pool.add_sequence();
-        let mut seq = pool.seq(id)?;
-        let tokens = vec![0; r.prompt_len + r.output_len];
-        match seq.prepare(&tokens) {
-            Ok(()) => seq.advance(tokens.len()),
-            Err(Error::BlockBudgetExhausted { .. }) => break,
-            Err(e) => return Err(e),
+    // Paged: the real allocator, each request run to its longest (prompt + output).
+    let pool = PagedCache::counting_only(config, element, block_size, budget_bytes, false)?;
+    let paged = paged_fit(pool, requests, live_bytes)?;
+    let paged_one_table = match groups.is_hybrid() {
+        true => {
+            let one = LayerGroups::one(config.num_hidden_layers, Retention::Full);
+            let bytes = element.bytes_per_token(config) * block_size;
+            let n_blocks = budget_bytes / bytes.max(1);
+            let pool =
+                PagedCache::with_layer_groups(config, element, one, block_size, n_blocks, false)?;
+            Some(paged_fit(pool, requests, live_bytes)?)
         }
-        (n, live) = (n + 1, live + tokens.len() * per_token);
-    }
-    let paged = fit(n, pool.bytes_in_use(), live);
+        false => None,
+    };
     // ANCHOR_END: capacity
 
     let count = requests.len().max(1) as f64;
@@ -128,7 +147,62 @@ pub fn capacity(
         gain: paged.requests as f64 / preallocated.requests.max(1) as f64,
         preallocated,
         paged,
+        layer_groups: groups.len(),
+        paged_one_table,
     })
+}
+
+// ANCHOR: paged_fit
+/// Admits `requests` in order into `pool`, each run as an engine runs it: the prompt in
+/// passes of at most [`PREFILL_CHUNK`] tokens, then its output one token per pass, so
+/// that a window gives its blocks back as it slides. The first request that does not fit
+/// is freed, and admission stops.
+fn paged_fit(
+    mut pool: PagedCache,
+    requests: &[Request],
+    live_bytes: impl Fn(&Request) -> usize,
+) -> Result<Fit> {
+    let (mut n, mut live) = (0, 0);
+    for r in requests {
+        let id = pool.add_sequence();
+        let passes = chunks(r.prompt_len, PREFILL_CHUNK).chain(chunks(r.output_len, 1));
+        let mut filled = Ok(());
+        for pass in passes {
+            let mut seq = pool.seq(id)?;
+            filled = seq.prepare(&vec![0; pass]);
+            if filled.is_err() {
+                break;
+            }
+            seq.advance(pass);
+        }
+        match filled {
+            Ok(()) => (n, live) = (n + 1, live + live_bytes(r)),
+            Err(Error::BlockBudgetExhausted { .. }) => {
+                pool.free(id)?;
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(fit(n, pool.bytes_in_use(), live))
+}
+// ANCHOR_END: paged_fit
+
+/// `len` tokens in passes of at most `most`.
+fn chunks(len: usize, most: usize) -> impl Iterator<Item = usize> {
+    (0..len.div_ceil(most)).map(move |i| most.min(len - i * most))
+}
+
+/// Positions a preallocated cache reserves over all layers for a request of `capacity`
+/// positions: `capacity` per layer, or for a local layer its ring, `window - 1 +
+/// DEFAULT_PASS` slots ([`crate::cache::HybridCache::new`]).
+pub fn preallocated_slots(config: &Config, capacity: usize) -> usize {
+    (0..config.num_hidden_layers)
+        .map(|l| match config.layer_window(l) {
+            Some(w) => (w - 1 + DEFAULT_PASS).min(capacity),
+            None => capacity,
+        })
+        .sum()
 }
 
 fn fit(requests: usize, bytes_reserved: usize, bytes_live: usize) -> Fit {

@@ -165,7 +165,8 @@ pub fn batched_equals_solo(
         .map(|t| cached_step_logits(model, &t[..1], &t[1..]))
         .collect();
     let total: usize = seqs.iter().map(Vec::len).sum();
-    let blocks = total.div_ceil(block_size) + 12;
+    // A run of blocks per layer group's table (a model with local layers has several).
+    let blocks = kvlab::cache::paged::blocks_for_sequence(&model.config, total, block_size) + 12;
     let mut cache = PagedCache::new(&model.config, block_size, blocks, prefix_caching).unwrap();
     let ids: Vec<SeqId> = seqs
         .iter()

@@ -13,6 +13,7 @@
 //! prefix): its reference count says how many. The pool does not know *who* holds a
 //! block; [`super::PagedCache`] keeps the block tables and checks that counts match.
 
+use super::groups::LayerGroups;
 use crate::cache::buffer::zeroed_buffer;
 use crate::cache::element::KvElement;
 use crate::cache::quant::rows::PagedQuantRows;
@@ -36,6 +37,9 @@ pub struct BlockPool {
     /// The blocks' keys and values, in the pool's element (f32, or int8/int4 codes).
     memory: Memory,
     element: KvElement,
+    /// Layers one block holds: a layer group's (`groups.rs`); the pool's `layer`
+    /// arguments are slots `0..n_layers` of a block, which [`super::PagedCache`] maps
+    /// from the model's layers.
     n_layers: usize,
     n_blocks: usize,
     block_size: usize,
@@ -53,7 +57,7 @@ enum Memory {
     /// A pool that only counts blocks (capacity planning): no K or V at all.
     CountingOnly,
     /// `k`, `v`: `[n_layers, n_blocks, block_size, n_kv_heads, head_dim]`, one tensor per
-    /// layer as in vLLM; block `b` of layer `l` is one contiguous `[block_size, kv_dim]` slice.
+    /// layer slot as in vLLM; block `b` of layer `l` is one contiguous `[block_size, kv_dim]` slice.
     F32 { k: Vec<f32>, v: Vec<f32> },
     /// Codes and scales of every slot (`quant/side.rs`): a block's rows are quantized as
     /// they are written, each on its own, with the contiguous quantized cache's formula.
@@ -64,7 +68,7 @@ enum Memory {
 impl BlockPool {
     /// Allocates `n_blocks` f32 blocks up front (the budget), all free.
     pub fn new(config: &Config, block_size: usize, n_blocks: usize) -> Result<BlockPool> {
-        BlockPool::build(config, KvElement::F32, block_size, n_blocks, true)
+        BlockPool::build(config, KvElement::F32, None, block_size, n_blocks, true)
     }
 
     /// Allocates `n_blocks` blocks of `element` up front, all free.
@@ -74,7 +78,7 @@ impl BlockPool {
         block_size: usize,
         n_blocks: usize,
     ) -> Result<BlockPool> {
-        BlockPool::build(config, element, block_size, n_blocks, true)
+        BlockPool::build(config, element, None, block_size, n_blocks, true)
     }
 
     /// The allocator without the memory: same free list, same counts, no K or V.
@@ -85,12 +89,26 @@ impl BlockPool {
         block_size: usize,
         n_blocks: usize,
     ) -> Result<BlockPool> {
-        BlockPool::build(config, element, block_size, n_blocks, false)
+        BlockPool::build(config, element, None, block_size, n_blocks, false)
+    }
+
+    /// A pool whose blocks hold `layers` layers each (one layer group's), with K and V
+    /// behind them (`storage`) or counting only.
+    pub fn of_layers(
+        config: &Config,
+        element: KvElement,
+        layers: usize,
+        block_size: usize,
+        n_blocks: usize,
+        storage: bool,
+    ) -> Result<BlockPool> {
+        BlockPool::build(config, element, Some(layers), block_size, n_blocks, storage)
     }
 
     fn build(
         config: &Config,
         element: KvElement,
+        layers: Option<usize>,
         block_size: usize,
         n_blocks: usize,
         has_storage: bool,
@@ -101,7 +119,9 @@ impl BlockPool {
             ));
         }
         let kv_dim = config.n_kv_heads() * config.head_dim();
-        let n_layers = config.num_hidden_layers;
+        // A block holds one layer group's layers (`groups.rs`): every layer, unless the
+        // model has local layers.
+        let n_layers = layers.unwrap_or_else(|| LayerGroups::of(config).group_size);
         let what = "the paged KV cache's block pool";
         let memory = match (has_storage, element) {
             (false, _) => Memory::CountingOnly,
@@ -143,9 +163,12 @@ impl BlockPool {
         })
     }
 
-    /// Bytes of one block: K and V of `block_size` positions in every layer, as `element`.
+    /// Bytes of one block: K and V of `block_size` positions in every layer of one layer
+    /// group (every layer, for a model without local layers), as `element`.
     pub fn block_bytes(config: &Config, element: KvElement, block_size: usize) -> usize {
-        block_size * element.bytes_per_token(config)
+        let kv_dim = config.n_kv_heads() * config.head_dim();
+        let layers = LayerGroups::of(config).group_size;
+        block_size * element.bytes_per_token_of(layers, kv_dim)
     }
 
     /// What each stored key and value is.
@@ -153,6 +176,10 @@ impl BlockPool {
         self.element
     }
 
+    /// Layers one block holds (a layer group's).
+    pub fn n_layers(&self) -> usize {
+        self.n_layers
+    }
     pub fn n_blocks(&self) -> usize {
         self.n_blocks
     }

@@ -26,6 +26,7 @@
 //! [`block_pool`]. Book: paged-attention.md, prefix-caching.md.
 
 pub mod block_pool;
+pub mod groups;
 mod invariants;
 pub mod prefix;
 pub mod retention;
@@ -33,6 +34,7 @@ mod row_io;
 mod seq;
 
 pub use block_pool::{BlockId, BlockPool, HOLE};
+pub use groups::LayerGroups;
 pub use retention::Retention;
 pub use seq::PagedSeq;
 
@@ -52,19 +54,28 @@ pub struct SeqId(pub u64);
 /// One sequence's share of the pool.
 #[derive(Debug, Clone, Default)]
 struct Sequence {
-    /// The block table: `blocks[i]` holds positions `i * block_size..(i + 1) * block_size`.
-    blocks: Vec<BlockId>,
+    /// One block table per layer group (`groups.rs`); a model without local layers has
+    /// one group, so one table.
+    tables: Vec<Table>,
     /// Positions stored.
     len: usize,
     /// Token ids of positions `0..len`: a prefix cache names full blocks by them.
     tokens: Vec<u32>,
     /// Ids prepared for the forward pass in flight, stored at `advance`.
     pending: Vec<u32>,
+    /// Positions a per-pass window dropped: `sinks..sinks + evicted` (`retention.rs`).
+    /// Blocks wholly inside them are [`HOLE`]s in the table.
+    evicted: usize,
+}
+
+/// One layer group's block table.
+#[derive(Debug, Clone, Default)]
+struct Table {
+    /// `blocks[i]` holds positions `i * block_size..(i + 1) * block_size` of the group's
+    /// layers.
+    blocks: Vec<BlockId>,
     /// Names of full blocks `0..hashes.len()` (prefix caching only).
     hashes: Vec<u64>,
-    /// Positions a sliding window dropped: `sinks..sinks + evicted` (`retention.rs`).
-    /// Blocks wholly inside them are [`HOLE`]s in `blocks`.
-    evicted: usize,
 }
 // ANCHOR_END: block_table
 
@@ -74,12 +85,16 @@ pub struct PagedCache {
     /// `Some` when prefix caching is on.
     prefix: Option<PrefixIndex>,
     seqs: BTreeMap<SeqId, Sequence>,
-    /// What every sequence keeps: all positions, or a window (`retention.rs`).
+    /// What every sequence keeps: all positions, or a window (`retention.rs`). A model
+    /// with local layers keeps them all here, and its windows in `groups`.
     retention: Retention,
+    /// Which layers share a block table, and what each table keeps (`groups.rs`).
+    groups: LayerGroups,
     next_id: u64,
     kv_dim: usize,
     block_bytes: usize,
-    token_bytes: usize,
+    /// Bytes of one position of one layer, K and V, as stored.
+    row_bytes: usize,
     /// Copy-on-write copies of shared partial blocks, and their bytes.
     pub cow_copies: usize,
     pub bytes_copied: usize,
@@ -153,17 +168,47 @@ impl PagedCache {
         Ok(PagedCache::with_pool(config, pool, false))
     }
 
+    /// A pool of `n_blocks` blocks whose sequences keep one block table per group of
+    /// `groups` (the plain twin of a model with local layers: [`LayerGroups::one`], one
+    /// table of every layer, the model's masks doing the windows). `storage: false`
+    /// counts blocks only, as [`PagedCache::counting_only`].
+    pub fn with_layer_groups(
+        config: &Config,
+        element: KvElement,
+        groups: LayerGroups,
+        block_size: usize,
+        n_blocks: usize,
+        storage: bool,
+    ) -> Result<PagedCache> {
+        if groups.n_layers() != config.num_hidden_layers {
+            return Err(Error::Internal(format!(
+                "layer groups of {} layers for a model of {}",
+                groups.n_layers(),
+                config.num_hidden_layers
+            )));
+        }
+        let layers = groups.group_size;
+        let pool = BlockPool::of_layers(config, element, layers, block_size, n_blocks, storage)?;
+        let mut cache = PagedCache::with_pool(config, pool, false);
+        cache.groups = groups;
+        Ok(cache)
+    }
+
     fn with_pool(config: &Config, pool: BlockPool, prefix_caching: bool) -> PagedCache {
         let (n_blocks, block_size, element) = (pool.n_blocks(), pool.block_size(), pool.element());
+        let kv_dim = config.n_kv_heads() * config.head_dim();
+        let row_bytes = element.bytes_per_token_of(1, kv_dim);
+        let pool_layers = pool.n_layers();
         PagedCache {
             prefix: prefix_caching.then(|| PrefixIndex::new(n_blocks)),
             pool,
             seqs: BTreeMap::new(),
             retention: Retention::Full,
+            groups: LayerGroups::of(config),
             next_id: 0,
-            kv_dim: config.n_kv_heads() * config.head_dim(),
-            block_bytes: BlockPool::block_bytes(config, element, block_size),
-            token_bytes: element.bytes_per_token(config),
+            kv_dim,
+            block_bytes: block_size * row_bytes * pool_layers,
+            row_bytes,
             cow_copies: 0,
             bytes_copied: 0,
         }
@@ -187,14 +232,21 @@ impl PagedCache {
     /// one sequence's own pool (`kvlab generate --cache paged --kv window`): it turns
     /// prefix reuse off, since its rows depend on how the text was cut into passes. A
     /// per-query window (`--kv sliding`) does not: a position's rows are the same
-    /// under any cut, so a block of them may be shared.
-    pub fn with_retention(mut self, retention: Retention) -> PagedCache {
+    /// under any cut, so a block of them may be shared. A model with local layers
+    /// refuses any retention but [`Retention::Full`]: its tables keep its own windows.
+    pub fn with_retention(mut self, retention: Retention) -> Result<PagedCache> {
+        self.groups = self.groups.with_retention(retention)?;
         self.retention = retention;
-        self
+        Ok(self)
     }
 
     pub fn retention(&self) -> Retention {
         self.retention
+    }
+
+    /// Which layers share a block table, and what each keeps.
+    pub fn layer_groups(&self) -> &LayerGroups {
+        &self.groups
     }
 
     pub fn block_size(&self) -> usize {
@@ -245,7 +297,11 @@ impl PagedCache {
     pub fn add_sequence(&mut self) -> SeqId {
         let id = SeqId(self.next_id);
         self.next_id += 1;
-        self.seqs.insert(id, Sequence::default());
+        let seq = Sequence {
+            tables: vec![Table::default(); self.groups.len()],
+            ..Sequence::default()
+        };
+        self.seqs.insert(id, seq);
         id
     }
 
@@ -254,6 +310,12 @@ impl PagedCache {
     /// prefix. Returns the sequence and how many positions it already holds; the caller
     /// runs the model on `prompt[reused..]` only. At least the last prompt token is left
     /// to compute: its logits are the first output. Without prefix caching, reuses nothing.
+    ///
+    /// A table under a window per query needs only the blocks its first query will read
+    /// (vLLM's sliding-window manager does the same): the others stand as holes, whether
+    /// or not they are still cached. With several layer groups, each group's table has
+    /// its own chain of names, and the prefix is reused as far as every group has the
+    /// blocks it needs.
     pub fn add_sequence_with_prefix(&mut self, prompt: &[u32]) -> (SeqId, usize) {
         let id = self.add_sequence();
         let bs = self.pool.block_size();
@@ -263,23 +325,73 @@ impl PagedCache {
         if matches!(self.retention, Retention::Window { .. }) {
             return (id, 0); // see `with_retention`
         }
-        let seq = self.seqs.get_mut(&id).expect("just added");
         let lookable = prompt.len().saturating_sub(1) / bs;
-        let mut parent = None;
-        for (i, chunk) in prompt.chunks_exact(bs).take(lookable).enumerate() {
-            let Some((hash, block)) = prefix.lookup(parent, chunk) else {
-                // The chain is broken: every later block's name depends on this one.
-                prefix.misses += lookable - i;
-                break;
-            };
-            prefix.hits += 1;
-            prefix.unpark(block); // if nobody held it, it leaves the LRU list
-            self.pool.retain(block);
-            seq.blocks.push(block);
-            seq.hashes.push(hash);
-            parent = Some(hash);
+        // Each group's chain: every block's name (computed from the tokens), and the
+        // cached block under it, if any.
+        let chains: Vec<Vec<(u64, Option<BlockId>)>> = (0..self.groups.len())
+            .map(|g| {
+                let mut parent = prefix::chain_root(g);
+                let mut chain = Vec::with_capacity(lookable);
+                for chunk in prompt.chunks_exact(bs).take(lookable) {
+                    let hash = prefix::block_hash(parent, chunk);
+                    let block = prefix.lookup(parent, chunk).map(|(_, b)| b);
+                    chain.push((hash, block));
+                    parent = Some(hash);
+                }
+                chain
+            })
+            .collect();
+        // Whether block `i` of group `g` is held by a sequence of `n` full blocks: all
+        // of them, or under a window the sinks' and those its next query reads.
+        let groups = &self.groups;
+        let needed = |g: usize, i: usize, n: usize| match groups.retention(g).mask() {
+            Some(w) => i < w.sinks.div_ceil(bs) || i >= w.forgotten_below(n * bs) / bs,
+            None => true,
+        };
+        // misses[g][i]: blocks of `0..i` not cached, so a run `a..b` is whole when
+        // misses[b] == misses[a].
+        let misses: Vec<Vec<usize>> = (chains.iter())
+            .map(|chain| {
+                let mut counts = vec![0];
+                for (_, block) in chain {
+                    counts.push(counts.last().expect("one") + block.is_none() as usize);
+                }
+                counts
+            })
+            .collect();
+        let holds = |g: usize, n: usize| {
+            let m = &misses[g];
+            match groups.retention(g).mask() {
+                Some(w) => {
+                    let sinks = w.sinks.div_ceil(bs).min(n);
+                    let recent = (w.forgotten_below(n * bs) / bs).max(sinks);
+                    m[sinks] == 0 && m[n] == m[recent]
+                }
+                None => m[n] == 0,
+            }
+        };
+        let reused = (0..=lookable)
+            .rev()
+            .find(|&n| (0..chains.len()).all(|g| holds(g, n)))
+            .unwrap_or(0);
+        prefix.hits += reused * chains.len();
+        prefix.misses += (lookable - reused) * chains.len();
+        let seq = self.seqs.get_mut(&id).expect("just added");
+        for (g, (table, chain)) in seq.tables.iter_mut().zip(chains).enumerate() {
+            for (i, (hash, block)) in chain.into_iter().take(reused).enumerate() {
+                let block = match block {
+                    Some(b) if needed(g, i, reused) => {
+                        prefix.unpark(b); // if nobody held it, it leaves the LRU list
+                        self.pool.retain(b);
+                        b
+                    }
+                    _ => HOLE,
+                };
+                table.blocks.push(block);
+                table.hashes.push(hash);
+            }
         }
-        seq.len = seq.blocks.len() * bs;
+        seq.len = reused * bs;
         seq.tokens = prompt[..seq.len].to_vec();
         (id, seq.len)
     }
@@ -290,8 +402,10 @@ impl PagedCache {
     /// block copies it (copy-on-write), full blocks are never written again.
     pub fn fork(&mut self, id: SeqId) -> Result<SeqId> {
         let seq = self.get(id)?.clone();
-        for &b in seq.blocks.iter().filter(|&&b| b != HOLE) {
-            self.pool.retain(b);
+        for table in &seq.tables {
+            for &b in table.blocks.iter().filter(|&&b| b != HOLE) {
+                self.pool.retain(b);
+            }
         }
         let child = SeqId(self.next_id);
         self.next_id += 1;
@@ -311,8 +425,10 @@ impl PagedCache {
         let seq = self.seqs.remove(&id).ok_or_else(|| unknown(id))?;
         // Tail first: parked in this order, the tail of a prefix is evicted before its
         // head, which more requests share (vLLM frees in the same order).
-        for &b in seq.blocks.iter().rev().filter(|&&b| b != HOLE) {
-            self.release_block(b);
+        for table in &seq.tables {
+            for &b in table.blocks.iter().rev().filter(|&&b| b != HOLE) {
+                self.release_block(b);
+            }
         }
         Ok(())
     }
@@ -327,8 +443,16 @@ impl PagedCache {
         self.seqs.get(&id).map(|s| s.len)
     }
 
+    /// The block table of `id`'s first layer group: every layer's, for a model without
+    /// local layers.
     pub fn block_table(&self, id: SeqId) -> Option<&[BlockId]> {
-        self.seqs.get(&id).map(|s| &s.blocks[..])
+        self.seqs.get(&id).map(|s| &s.tables[0].blocks[..])
+    }
+
+    /// Every block table of `id`, one per layer group (`groups.rs`).
+    pub fn block_tables(&self, id: SeqId) -> Option<Vec<&[BlockId]>> {
+        let seq = self.seqs.get(&id)?;
+        Some(seq.tables.iter().map(|t| &t.blocks[..]).collect())
     }
 
     pub fn sequences(&self) -> impl Iterator<Item = SeqId> + '_ {
@@ -378,40 +502,53 @@ impl PagedCache {
     /// boundary crossed, plus a private copy of the block it writes into when that one is
     /// shared (a fork, a prefix hit) or named in the prefix index, less the blocks a
     /// sliding window gives back first. An unknown `id` counts as a new, empty sequence.
+    /// With several layer groups, the sum over their tables.
     pub fn blocks_to_append(&self, id: SeqId, rows: usize) -> usize {
-        let (new_blocks, tail) = self.append_plan(id, rows);
-        let freed = self.slide_plan(id, rows).freed;
-        (new_blocks + tail.is_some() as usize).saturating_sub(freed)
+        let taken: usize = (0..self.groups.len())
+            .map(|g| {
+                let (new_blocks, tail) = self.append_plan(id, g, rows);
+                new_blocks + tail.is_some() as usize
+            })
+            .sum();
+        taken.saturating_sub(self.slide_plan(id, rows).freed)
     }
 
-    /// Whether `rows` more positions of `id` fit in the blocks available now, less
-    /// `reserved` blocks already promised to other sequences of the same pass.
+    /// Whether `rows` more positions of `id` fit in the blocks available now beside
+    /// `reserved` blocks already promised to other sequences of the same pass. (Not a
+    /// saturating subtraction: a prefix hit between the promise and this question may
+    /// have taken parked blocks the promise counted on, and then nothing more fits.)
     pub fn can_append(&self, id: SeqId, rows: usize, reserved: usize) -> bool {
-        self.blocks_to_append(id, rows) <= self.available().saturating_sub(reserved)
+        self.blocks_to_append(id, rows).saturating_add(reserved) <= self.available()
     }
 
     /// Whether `rows` more positions of `id`, fed in passes of at most `pass` tokens, fit
     /// in the blocks available now, less `reserved`: every block they fill, or under a
-    /// window per query the most the sequence will hold at once
-    /// ([`Retention::peak_blocks`]).
+    /// window per query the most the sequence will hold at once, in all its tables
+    /// ([`LayerGroups::peak_blocks`]).
     pub fn can_hold(&self, id: SeqId, rows: usize, pass: usize, reserved: usize) -> bool {
         let len = self.seqs.get(&id).map_or(0, |s| s.len);
-        let peak = (self.retention).peak_blocks(len + rows, self.pool.block_size(), pass);
-        self.blocks_to_append(id, rows).min(peak) <= self.available().saturating_sub(reserved)
+        let peak = self
+            .groups
+            .peak_blocks(len + rows, self.pool.block_size(), pass);
+        let needed = self.blocks_to_append(id, rows).min(peak);
+        needed.saturating_add(reserved) <= self.available()
     }
 
-    /// Whether a new sequence of `positions` positions fits in the blocks available now.
+    /// Whether a new sequence of `positions` positions fits in the blocks available now
+    /// (one run of blocks per layer group).
     pub fn can_allocate(&self, positions: usize) -> bool {
-        blocks_for_positions(positions, self.pool.block_size()) <= self.available()
+        let per_table = blocks_for_positions(positions, self.pool.block_size());
+        per_table.saturating_mul(self.groups.len()) <= self.available()
     }
 
     /// `(new blocks, index of the tail block to replace)` for `rows` more positions of
-    /// `id`. The tail is replaced by a copy when it is shared or named, and by a fresh
-    /// block when it is a hole (a rollback below a window's slide left it empty).
-    fn append_plan(&self, id: SeqId, rows: usize) -> (usize, Option<usize>) {
+    /// `id` in layer group `g`'s table. The tail is replaced by a copy when it is shared
+    /// or named, and by a fresh block when it is a hole (a rollback below a window's
+    /// slide left it empty).
+    fn append_plan(&self, id: SeqId, g: usize, rows: usize) -> (usize, Option<usize>) {
         let bs = self.pool.block_size();
         let (len, blocks): (usize, &[BlockId]) = match self.seqs.get(&id) {
-            Some(seq) => (seq.len, &seq.blocks),
+            Some(seq) => (seq.len, &seq.tables[g].blocks),
             None => (0, &[]),
         };
         let new_blocks = (len + rows).div_ceil(bs).saturating_sub(blocks.len());
@@ -431,6 +568,12 @@ impl PagedCache {
 pub fn blocks_for_positions(positions: usize, block_size: usize) -> usize {
     positions.div_ceil(block_size.max(1))
 }
+
+/// Blocks one sequence of `positions` positions of `config`'s model fills when it keeps
+/// every position: a run of blocks in each layer group's table (`groups.rs`).
+pub fn blocks_for_sequence(config: &Config, positions: usize, block_size: usize) -> usize {
+    blocks_for_positions(positions, block_size).saturating_mul(LayerGroups::of(config).len())
+}
 // ANCHOR_END: block_accounting
 
 /// The write path: what one forward pass does to a sequence, verb by verb
@@ -445,26 +588,35 @@ impl PagedCache {
         let len = self.get(id)?.len;
         self.check_pass(id, tokens.len())?;
         let slide = self.slide_plan(id, tokens.len());
-        let (new_blocks, tail) = self.append_plan(id, tokens.len());
-        let needed = new_blocks + tail.is_some() as usize;
+        let plans: Vec<_> = (0..self.groups.len())
+            .map(|g| self.append_plan(id, g, tokens.len()))
+            .collect();
+        let needed: usize = plans
+            .iter()
+            .map(|(new, tail)| new + tail.is_some() as usize)
+            .sum();
         if needed > self.available() + slide.freed {
             return Err(self.budget_error(needed));
         }
         // A window slides first: the blocks it leaves are the first ones taken again.
         self.slide(id, &slide);
-        if let Some(i) = tail {
-            let old = self.seqs[&id].blocks[i];
-            let new = self.take_block().expect("counted as available");
-            if old != HOLE {
-                self.bytes_copied += self.pool.copy_rows(old, new, len - i * bs);
-                self.cow_copies += 1;
-                self.release_block(old);
+        for (g, (new_blocks, tail)) in plans.into_iter().enumerate() {
+            if let Some(i) = tail {
+                let old = self.seqs[&id].tables[g].blocks[i];
+                let new = self.take_block().expect("counted as available");
+                if old != HOLE {
+                    self.bytes_copied += self.pool.copy_rows(old, new, len - i * bs);
+                    self.cow_copies += 1;
+                    self.release_block(old);
+                }
+                self.seqs.get_mut(&id).expect("checked").tables[g].blocks[i] = new;
             }
-            self.seqs.get_mut(&id).expect("checked").blocks[i] = new;
-        }
-        for _ in 0..new_blocks {
-            let b = self.take_block().expect("counted as available");
-            self.seqs.get_mut(&id).expect("checked").blocks.push(b);
+            for _ in 0..new_blocks {
+                let b = self.take_block().expect("counted as available");
+                self.seqs.get_mut(&id).expect("checked").tables[g]
+                    .blocks
+                    .push(b);
+            }
         }
         self.seqs.get_mut(&id).expect("checked").pending = tokens.to_vec();
         Ok(())
@@ -474,19 +626,22 @@ impl PagedCache {
     fn write_seq(&mut self, id: SeqId, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
         let (bs, kv_dim) = (self.pool.block_size(), self.kv_dim);
         let seq = self.seqs.get(&id).ok_or_else(|| unknown(id))?;
+        // The layer's group says which table; its slot, which of a block's layers.
+        let (g, slot) = self.groups.place(layer);
+        let blocks = &seq.tables[g].blocks;
         let n = k.len() / kv_dim;
-        if seq.len + n > seq.blocks.len() * bs {
+        if seq.len + n > blocks.len() * bs {
             return Err(Error::Internal(format!(
                 "writing {n} positions after {} into {} blocks: call prepare first",
                 seq.len,
-                seq.blocks.len()
+                blocks.len()
             )));
         }
         // The new rows may span several blocks: write each block's run.
         let mut done = 0;
         while done < n {
             let pos = seq.len + done;
-            let (block, row) = (seq.blocks[pos / bs], pos % bs);
+            let (block, row) = (blocks[pos / bs], pos % bs);
             if self.prefix.as_ref().is_some_and(|p| p.is_named(block)) {
                 return Err(Error::Internal(format!(
                     "block {block} is named in the prefix cache and must not be written"
@@ -495,7 +650,7 @@ impl PagedCache {
             let run = (bs - row).min(n - done);
             let range = done * kv_dim..(done + run) * kv_dim;
             self.pool
-                .write(layer, block, row, &k[range.clone()], &v[range])?;
+                .write(slot, block, row, &k[range.clone()], &v[range])?;
             done += run;
         }
         Ok(())
@@ -512,8 +667,9 @@ impl PagedCache {
         } else {
             evicted.position(end - 1) + 1
         };
-        let table = &self.seqs[&id].blocks[..positions.div_ceil(bs)];
-        self.pool.layer_view(layer, table, evicted)
+        let (g, slot) = self.groups.place(layer);
+        let table = &self.seqs[&id].tables[g].blocks[..positions.div_ceil(bs)];
+        self.pool.layer_view(slot, table, evicted)
     }
 
     // ANCHOR: paged_advance
@@ -529,11 +685,15 @@ impl PagedCache {
         seq.tokens.extend(seq.pending.drain(..taken));
         seq.pending.clear();
         if let Some(prefix) = self.prefix.as_mut() {
-            while (seq.hashes.len() + 1) * bs <= seq.len {
-                let i = seq.hashes.len();
-                let parent = seq.hashes.last().copied();
-                let hash = prefix.register(seq.blocks[i], parent, &seq.tokens[i * bs..][..bs]);
-                seq.hashes.push(hash);
+            for (g, table) in seq.tables.iter_mut().enumerate() {
+                while (table.hashes.len() + 1) * bs <= seq.len {
+                    let i = table.hashes.len();
+                    let parent = table.hashes.last().copied().or(prefix::chain_root(g));
+                    let tokens = &seq.tokens[i * bs..][..bs];
+                    table
+                        .hashes
+                        .push(prefix.register(table.blocks[i], parent, tokens));
+                }
             }
         }
     }
@@ -569,15 +729,23 @@ impl PagedCache {
         seq.len = len;
         seq.tokens.truncate(len);
         seq.pending.clear();
-        seq.hashes.truncate(len / bs);
-        let dropped: Vec<BlockId> = seq.blocks.drain(len.div_ceil(bs)..).collect();
-        let partial_tail = (!len.is_multiple_of(bs)).then(|| seq.blocks[len / bs]);
-        for b in dropped.into_iter().rev().filter(|&b| b != HOLE) {
+        let mut dropped = Vec::new();
+        let mut partial_tails = Vec::new();
+        for table in &mut seq.tables {
+            table.hashes.truncate(len / bs);
+            dropped.extend(table.blocks.drain(len.div_ceil(bs)..).rev());
+            if !len.is_multiple_of(bs) {
+                partial_tails.push(table.blocks[len / bs]);
+            }
+        }
+        for b in dropped.into_iter().filter(|&b| b != HOLE) {
             self.release_block(b);
         }
-        if let (Some(b), Some(prefix)) = (partial_tail, self.prefix.as_mut()) {
-            if b != HOLE && self.pool.ref_count(b) == 1 {
-                prefix.forget(b);
+        for b in partial_tails {
+            if let Some(prefix) = self.prefix.as_mut() {
+                if b != HOLE && self.pool.ref_count(b) == 1 {
+                    prefix.forget(b);
+                }
             }
         }
     }

@@ -59,6 +59,14 @@ pub fn block_hash(parent: Option<u64>, tokens: &[u32]) -> u64 {
 }
 // ANCHOR_END: block_hash
 
+/// The parent of block 0's name in layer group `group`'s table (`groups.rs`): none for
+/// the first group, so a model without local layers names its blocks as above; a
+/// distinct seed for each other group, since the same tokens in another group's table
+/// are other layers' rows, in another block.
+pub fn chain_root(group: usize) -> Option<u64> {
+    (group > 0).then(|| block_hash(None, &[u32::MAX, group as u32]))
+}
+
 /// What a named block holds: enough to check a hit exactly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockKey {

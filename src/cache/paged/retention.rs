@@ -139,8 +139,8 @@ impl Retention {
 pub(super) struct Slide {
     /// Positions dropped after the slide.
     evicted: usize,
-    /// Table indices of the blocks the slide lets go.
-    gone: Vec<usize>,
+    /// `(layer group, table index)` of the blocks the slide lets go.
+    gone: Vec<(usize, usize)>,
     /// Of those, the blocks that become available.
     pub(super) freed: usize,
 }
@@ -177,83 +177,114 @@ impl PagedCache {
     /// What making room for `n` new tokens of `id` drops: the new count of dropped
     /// positions, the table indices of the blocks wholly inside them, and how many of
     /// those become available (a block another table holds stays where it is). An
-    /// unknown `id` drops nothing.
+    /// unknown `id` drops nothing. A per-query window plans each layer group's table on
+    /// its own ([`PagedCache::forget_plan`]).
     pub(super) fn slide_plan(&self, id: SeqId, n: usize) -> Slide {
         let Some(seq) = self.seqs.get(&id) else {
             return Slide::default();
         };
-        if let Some(window) = self.retention.mask() {
-            return self.forget_plan(id, window);
+        let mut plan = Slide {
+            evicted: seq.evicted,
+            ..Slide::default()
+        };
+        if !matches!(self.retention, Retention::Window { .. }) {
+            for g in 0..self.groups.len() {
+                if let Some(window) = self.groups.retention(g).mask() {
+                    self.forget_plan(id, g, window, &mut plan);
+                }
+            }
+            return plan;
         }
+        // A per-pass window: a model without local layers, so one table.
+        let blocks = &seq.tables[0].blocks;
         let evict = self.retention.to_evict(seq.len - seq.evicted, n);
         let (bs, sinks) = (self.pool.block_size(), self.retention.sinks());
-        let evicted = seq.evicted + evict;
+        plan.evicted = seq.evicted + evict;
         // Dropped positions: sinks..sinks + evicted. A block goes when all of it is in there.
         let first = sinks.div_ceil(bs);
-        let end = ((sinks + evicted) / bs).min(seq.blocks.len());
-        let gone: Vec<usize> = if evict == 0 {
-            Vec::new()
-        } else {
-            (first..end).filter(|&i| seq.blocks[i] != HOLE).collect()
-        };
-        let freed = gone
-            .iter()
-            .filter(|&&i| self.pool.ref_count(seq.blocks[i]) == 1)
-            .count();
-        Slide {
-            evicted,
-            gone,
-            freed,
+        let end = ((sinks + plan.evicted) / bs).min(blocks.len());
+        if evict > 0 {
+            plan.gone = (first..end)
+                .filter(|&i| blocks[i] != HOLE)
+                .map(|i| (0, i))
+                .collect();
         }
+        plan.freed = plan
+            .gone
+            .iter()
+            .filter(|&&(_, i)| self.pool.ref_count(blocks[i]) == 1)
+            .count();
+        plan
     }
     // ANCHOR_END: slide_plan
 
     // ANCHOR: forget_plan
-    /// A per-query window's plan before a pass that starts at position `len`: the
-    /// blocks wholly inside `sinks..window.forgotten_below(len)`, which neither this
-    /// pass's first query nor any later one sees. Nothing is renumbered: the count of
-    /// dropped positions stays 0, and attention's mask steps over the holes.
-    fn forget_plan(&self, id: SeqId, window: Window) -> Slide {
+    /// A per-query window's plan for layer group `g`'s table before a pass that starts
+    /// at position `len`: the blocks wholly inside `sinks..window.forgotten_below(len)`,
+    /// which neither this pass's first query nor any later one sees. Nothing is
+    /// renumbered: the count of dropped positions stays 0, and attention's mask steps
+    /// over the holes.
+    fn forget_plan(&self, id: SeqId, g: usize, window: Window, plan: &mut Slide) {
         let seq = &self.seqs[&id];
+        let blocks = &seq.tables[g].blocks;
         let bs = self.pool.block_size();
         let first = window.sinks.div_ceil(bs);
-        let end = (window.forgotten_below(seq.len) / bs).min(seq.blocks.len());
-        let gone: Vec<usize> = (first..end).filter(|&i| seq.blocks[i] != HOLE).collect();
-        let freed = gone
-            .iter()
-            .filter(|&&i| self.pool.ref_count(seq.blocks[i]) == 1)
-            .count();
-        Slide {
-            evicted: seq.evicted,
-            gone,
-            freed,
+        let end = (window.forgotten_below(seq.len) / bs).min(blocks.len());
+        for i in (first..end).filter(|&i| blocks[i] != HOLE) {
+            plan.gone.push((g, i));
+            plan.freed += (self.pool.ref_count(blocks[i]) == 1) as usize;
         }
     }
     // ANCHOR_END: forget_plan
 
-    /// Whether the queries of a pass that starts at `len` would reach a hole: only
-    /// after a truncate below where a per-query window already gave blocks back.
-    pub(super) fn reaches_a_hole(&self, id: SeqId, len: usize) -> bool {
-        let (Some(seq), Some(window)) = (self.seqs.get(&id), self.retention.mask()) else {
-            return false;
-        };
+    /// The window of the first layer group whose queries, in a pass that starts at
+    /// `len`, would reach a hole: only after a truncate below where a per-query window
+    /// already gave blocks back.
+    fn window_with_a_hole(&self, id: SeqId, len: usize) -> Option<Window> {
+        let seq = self.seqs.get(&id)?;
         let bs = self.pool.block_size();
-        let sink_blocks = 0..window.sinks.div_ceil(bs);
-        let recent_blocks = window.forgotten_below(len) / bs..len.div_ceil(bs);
-        sink_blocks
-            .chain(recent_blocks)
-            .any(|i| seq.blocks.get(i) == Some(&HOLE))
+        (0..self.groups.len()).find_map(|g| {
+            let window = self.groups.retention(g).mask()?;
+            let sink_blocks = 0..window.sinks.div_ceil(bs);
+            let recent_blocks = window.forgotten_below(len) / bs..len.div_ceil(bs);
+            let blocks = &seq.tables[g].blocks;
+            sink_blocks
+                .chain(recent_blocks)
+                .any(|i| blocks.get(i) == Some(&HOLE))
+                .then_some(window)
+        })
+    }
+
+    /// Whether the queries of a pass that starts at `len` would reach a hole.
+    pub(super) fn reaches_a_hole(&self, id: SeqId, len: usize) -> bool {
+        self.window_with_a_hole(id, len).is_some()
+    }
+
+    /// Gives back now the blocks that no query of `id` at or after its length reads (a
+    /// window per query: [`PagedCache::forget_plan`], in every layer group). `prepare`
+    /// would give them back anyway; the engine calls this for every running sequence
+    /// before it plans a step, so that no block is counted twice: once as freed by a
+    /// sequence's slide, and once more as parked and free for a prefix hit of the same
+    /// step to take.
+    pub fn forget_unread(&mut self, id: SeqId) {
+        if matches!(self.retention, Retention::Window { .. }) {
+            return; // a per-pass window slides by what the pass brings
+        }
+        let plan = self.slide_plan(id, 0);
+        if !plan.gone.is_empty() {
+            self.slide(id, &plan);
+        }
     }
 
     /// Drops what the plan drops: the count grows, and each block wholly inside goes
-    /// back to the pool, leaving a hole in the table.
+    /// back to the pool, leaving a hole in its table.
     pub(super) fn slide(&mut self, id: SeqId, plan: &Slide) {
         let seq = self.seqs.get_mut(&id).expect("planned on it");
         seq.evicted = plan.evicted;
         let blocks: Vec<_> = plan
             .gone
             .iter()
-            .map(|&i| std::mem::replace(&mut seq.blocks[i], HOLE))
+            .map(|&(g, i)| std::mem::replace(&mut seq.tables[g].blocks[i], HOLE))
             .collect();
         for b in blocks {
             self.release_block(b);
@@ -262,21 +293,17 @@ impl PagedCache {
 
     /// Refuses a pass of `n` tokens that the window cannot hold beside its sinks.
     pub(super) fn check_pass(&self, id: SeqId, n: usize) -> Result<()> {
-        match self.retention {
-            Retention::Full => Ok(()),
-            Retention::Window { window, sinks } => {
-                check_window_pass(window, sinks, self.rows_held(id), n)
-            }
-            Retention::Sliding { window, .. } => {
-                let len = self.seqs.get(&id).map_or(0, |s| s.len);
-                if self.reaches_a_hole(id, len) {
-                    return Err(Error::InvalidArgument(format!(
-                        "the sliding window ({window} positions) gave back blocks that a query at position {len} would read: a rollback cannot go below the pass that slid past them; start the sequence again"
-                    )));
-                }
-                Ok(())
-            }
+        if let Retention::Window { window, sinks } = self.retention {
+            return check_window_pass(window, sinks, self.rows_held(id), n);
         }
+        let len = self.seqs.get(&id).map_or(0, |s| s.len);
+        if let Some(window) = self.window_with_a_hole(id, len) {
+            return Err(Error::InvalidArgument(format!(
+                "the sliding window ({} positions) gave back blocks that a query at position {len} would read: a rollback cannot go below the pass that slid past them; start the sequence again",
+                window.size
+            )));
+        }
+        Ok(())
     }
 
     /// After `truncate` to `len`: positions a window dropped cannot come back, so a cut

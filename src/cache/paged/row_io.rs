@@ -16,7 +16,10 @@ impl PagedCache {
 
     // ANCHOR: export_rows
     /// Positions `0..len` of `id` in layer `layer`, as stored, in position order:
-    /// `[len, row_bytes]`, read through the block table.
+    /// `[len, row_bytes]`, read through the layer group's block table. A position a local
+    /// layer's window already gave back (a hole in its table) travels as a row of zero
+    /// bytes: the receiver's queries are masked by the same window and never read it,
+    /// and its next pass gives the block back.
     pub fn export_rows(&self, id: SeqId, layer: usize, len: usize) -> Result<Vec<u8>> {
         let seq = self.get(id)?;
         if len > seq.len || seq.evicted > 0 {
@@ -28,12 +31,12 @@ impl PagedCache {
         let (bs, row_bytes) = (self.pool.block_size(), self.pool.row_bytes());
         let mut out =
             crate::limits::try_vec(len.saturating_mul(row_bytes), "a KV transfer's rows")?;
+        let (g, slot) = self.groups.place(layer);
         for pos in 0..len {
-            let block = seq.blocks[pos / bs];
-            if block == HOLE {
-                return Err(Error::Internal(format!("position {pos} is in a hole")));
+            match seq.tables[g].blocks[pos / bs] {
+                HOLE => out.resize(out.len() + row_bytes, 0),
+                block => self.pool.row_image(slot, block, pos % bs, &mut out),
             }
-            self.pool.row_image(layer, block, pos % bs, &mut out);
         }
         Ok(out)
     }
@@ -53,14 +56,16 @@ impl PagedCache {
         }
         let seq = self.get(id)?;
         let n = rows.len() / row_bytes;
-        if seq.len + n > seq.blocks.len() * bs {
+        let (g, slot) = self.groups.place(layer);
+        let blocks = &seq.tables[g].blocks;
+        if seq.len + n > blocks.len() * bs {
             return Err(Error::Internal(format!(
                 "importing {n} positions after {} into {} blocks: call prepare first",
                 seq.len,
-                seq.blocks.len()
+                blocks.len()
             )));
         }
-        let (len, blocks) = (seq.len, seq.blocks.clone());
+        let (len, blocks) = (seq.len, blocks.clone());
         for (i, row) in rows.chunks_exact(row_bytes).enumerate() {
             let pos = len + i;
             let block = blocks[pos / bs];
@@ -69,7 +74,7 @@ impl PagedCache {
                     "block {block} is named in the prefix cache and must not be written"
                 )));
             }
-            self.pool.write_row_image(layer, block, pos % bs, row)?;
+            self.pool.write_row_image(slot, block, pos % bs, row)?;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! `PagedCache`'s write-path methods (`prepare_seq`, `write_seq`, ... in `paged/mod.rs`).
 //! Book: paged-attention.md.
 
-use super::{PagedCache, Retention, SeqId, Sequence, HOLE};
+use super::{LayerGroups, PagedCache, Retention, SeqId, Sequence, HOLE};
 use crate::cache::element::KvElement;
 use crate::cache::view::KvView;
 use crate::cache::KvStore;
@@ -51,9 +51,11 @@ impl PagedSeq<PagedCache> {
         )
     }
 
-    /// A pool of blocks of `element` for one sequence of up to `capacity` positions that
-    /// keeps what `retention` says: a window's sequence never holds more than
-    /// [`Retention::max_blocks`], so its pool has no more (`--cache paged --kv window`).
+    /// A pool of blocks of `element` for one sequence of up to `capacity_blocks` blocks
+    /// per table that keeps what `retention` says: a window's sequence never holds more
+    /// than [`Retention::max_blocks`], so its pool has no more (`--cache paged --kv
+    /// window`). A model with local layers has a table per layer group, and the pool as
+    /// many blocks per table (`groups.rs`).
     pub fn single_keeping(
         config: &Config,
         element: KvElement,
@@ -62,12 +64,13 @@ impl PagedSeq<PagedCache> {
         capacity_blocks: usize,
         prefix_caching: bool,
     ) -> Result<PagedSeq<PagedCache>> {
-        let n_blocks = retention
+        let per_table = retention
             .max_blocks(block_size)
             .map_or(capacity_blocks, |most| most.min(capacity_blocks));
+        let n_blocks = per_table.saturating_mul(LayerGroups::of(config).len());
         let mut cache =
             PagedCache::with_element(config, element, block_size, n_blocks, prefix_caching)?
-                .with_retention(retention);
+                .with_retention(retention)?;
         let id = cache.add_sequence();
         Ok(PagedSeq { cache, id })
     }
@@ -134,20 +137,26 @@ impl<C: BorrowMut<PagedCache>> KvStore for PagedSeq<C> {
     fn truncate(&mut self, len: usize) {
         self.cache.borrow_mut().truncate_seq(self.id, len)
     }
-    /// The blocks in this sequence's table, holes aside (a block shared with others
+    /// The blocks in this sequence's tables, holes aside (a block shared with others
     /// counts fully).
     fn bytes_reserved(&self) -> usize {
-        let held = self.seq().blocks.iter().filter(|&&b| b != HOLE).count();
+        let tables = &self.seq().tables;
+        let held: usize = tables
+            .iter()
+            .map(|t| t.blocks.iter().filter(|&&b| b != HOLE).count())
+            .sum();
         held * self.cache().block_bytes
     }
-    /// The rows attention reads: those held, or under a window per query the positions
-    /// the next token sees (as a local layer's ring, `hybrid.rs`).
+    /// The rows attention reads, every layer's: those held, or under a window per query
+    /// (`--kv sliding`, or a local layer's trained window) the positions the next token
+    /// sees (as a local layer's ring, `hybrid.rs`).
     fn bytes_used(&self) -> usize {
-        let rows = match self.window() {
-            Some(w) => self.len().min(w.size),
-            None => self.rows_held(),
+        let cache = self.cache();
+        let layer_rows = match cache.retention() {
+            Retention::Window { .. } => self.rows_held() * cache.groups.n_layers(),
+            _ => cache.groups.rows_read(self.len()),
         };
-        rows * self.cache().token_bytes
+        layer_rows * cache.row_bytes
     }
     /// Copy-on-write copies in the whole pool.
     fn bytes_copied(&self) -> usize {

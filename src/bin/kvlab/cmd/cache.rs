@@ -167,9 +167,9 @@ pub fn capacity(args: CapacityArgs) -> Result<()> {
     }
     let policy = kvlab::cache::KvPolicy::parse(&args.kv, Default::default())?;
     let element = kvlab::cache::KvElement::for_pool(&config, policy, "paged")?;
-    let block_bytes = element
-        .bytes_per_token(&config)
-        .saturating_mul(args.block.block_size);
+    // The smallest block: one layer group's (all layers, for a model without local ones).
+    let block_bytes =
+        kvlab::cache::paged::BlockPool::block_bytes(&config, element, args.block.block_size);
     let blocks = budget / block_bytes.max(1);
     if blocks > MAX_CAPACITY_BLOCKS {
         return Err(Error::InvalidArgument(format!(

@@ -481,13 +481,21 @@ pub fn capacity(r: &CapacityReport, max_prompt: usize, seed: u64) {
         "live",
         "waste"
     );
-    for (name, f) in [
-        (
-            format!("preallocated (prompt + {})", r.max_new_tokens),
-            &r.preallocated,
-        ),
-        (format!("paged (blocks of {})", r.block_size), &r.paged),
-    ] {
+    let mut rows = vec![(
+        format!("preallocated (prompt + {})", r.max_new_tokens),
+        &r.preallocated,
+    )];
+    if let Some(one) = &r.paged_one_table {
+        rows.push((
+            format!("paged, one table (blocks of {})", r.block_size),
+            one,
+        ));
+        let name = format!("paged, {} tables per request", r.layer_groups);
+        rows.push((name, &r.paged));
+    } else {
+        rows.push((format!("paged (blocks of {})", r.block_size), &r.paged));
+    }
+    for (name, f) in rows {
         outln!(
             "{:>34} {:>9} {:>12} {:>12} {:>6.1}%",
             name,
@@ -501,6 +509,12 @@ pub fn capacity(r: &CapacityReport, max_prompt: usize, seed: u64) {
         "\npaging fits {:.2}x as many concurrent requests in the same memory",
         r.gain
     );
+    if let Some(one) = &r.paged_one_table {
+        outln!(
+            "a block table per layer group fits {:.2}x as many as one table for every layer",
+            r.paged.requests as f64 / one.requests.max(1) as f64
+        );
+    }
     if r.paged.requests == r.offered {
         outln!("(every offered request fit: raise --requests or lower --budget to see the limit)");
     }
