@@ -13,7 +13,6 @@
 //! prefix): its reference count says how many. The pool does not know *who* holds a
 //! block; [`super::PagedCache`] keeps the block tables and checks that counts match.
 
-use super::groups::LayerGroups;
 use crate::cache::buffer::zeroed_buffer;
 use crate::cache::element::KvElement;
 use crate::cache::quant::rows::PagedQuantRows;
@@ -64,6 +63,28 @@ enum Memory {
     PerToken { keys: Side, values: Side },
 }
 // ANCHOR_END: block_pool
+
+// ANCHOR: layers_per_block
+/// Layers one block holds: every layer, for a model whose layers all keep every
+/// position; for a model with local layers, the greatest common divisor of the layer
+/// counts of its kinds (global, and local by window size), so that each kind splits into
+/// whole groups of that many layers and every block has the same bytes (`groups.rs`).
+pub fn layers_per_block(config: &Config) -> usize {
+    let mut kinds: std::collections::BTreeMap<Option<usize>, usize> = Default::default();
+    for l in 0..config.num_hidden_layers {
+        *kinds.entry(config.layer_window(l)).or_default() += 1;
+    }
+    kinds.values().fold(0, |a, &b| gcd(a, b)).max(1)
+}
+// ANCHOR_END: layers_per_block
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
 
 impl BlockPool {
     /// Allocates `n_blocks` f32 blocks up front (the budget), all free.
@@ -121,7 +142,7 @@ impl BlockPool {
         let kv_dim = config.n_kv_heads() * config.head_dim();
         // A block holds one layer group's layers (`groups.rs`): every layer, unless the
         // model has local layers.
-        let n_layers = layers.unwrap_or_else(|| LayerGroups::of(config).group_size);
+        let n_layers = layers.unwrap_or_else(|| layers_per_block(config));
         let what = "the paged KV cache's block pool";
         let memory = match (has_storage, element) {
             (false, _) => Memory::CountingOnly,
@@ -167,7 +188,7 @@ impl BlockPool {
     /// group (every layer, for a model without local layers), as `element`.
     pub fn block_bytes(config: &Config, element: KvElement, block_size: usize) -> usize {
         let kv_dim = config.n_kv_heads() * config.head_dim();
-        let layers = LayerGroups::of(config).group_size;
+        let layers = layers_per_block(config);
         block_size * element.bytes_per_token_of(layers, kv_dim)
     }
 

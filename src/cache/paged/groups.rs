@@ -27,6 +27,7 @@
 //! A model without local layers has one group of every layer (`group_size =
 //! n_layers`): one table per sequence, the blocks of PagedAttention, unchanged.
 
+use super::block_pool::layers_per_block;
 use super::retention::Retention;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -71,8 +72,8 @@ impl LayerGroups {
     // ANCHOR: of_config
     /// The groups of `config`'s model: one per `group_size` layers of one kind (global,
     /// or local with a given window), where `group_size` is the greatest common divisor
-    /// of the kinds' layer counts, so every group is full and every block the same
-    /// size. Global groups come first.
+    /// of the kinds' layer counts ([`layers_per_block`]), so every group is full and
+    /// every block the same size. Global groups come first.
     pub fn of(config: &Config) -> LayerGroups {
         let n_layers = config.num_hidden_layers;
         // `None` (global) sorts before every window.
@@ -83,7 +84,7 @@ impl LayerGroups {
         if kinds.len() <= 1 && kinds.keys().all(Option::is_none) {
             return LayerGroups::one(n_layers, Retention::Full);
         }
-        let group_size = kinds.values().map(Vec::len).fold(0, gcd).max(1);
+        let group_size = layers_per_block(config);
         let mut groups = Vec::new();
         for (window, layers) in &kinds {
             let retention = match *window {
@@ -175,14 +176,6 @@ impl LayerGroups {
                 rows * g.layers.len()
             })
             .sum()
-    }
-}
-
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
     }
 }
 
