@@ -1,7 +1,12 @@
 // attention.cu — causal self-attention with grouped-query heads (GQA, Ainslie et al. 2023):
 //
 //   out[i][h] = softmax_j( q[i][h] · K[j][h / kv_mul] / sqrt(head_dim) ) · V[j][h / kv_mul],
-//               over keys j = 0 ..= start_pos + i (the causal mask)
+//               over keys j = first_key(pos) ..= pos, pos = start_pos + i (the causal mask)
+//
+//   first_key(pos) = 0 for a layer that sees the whole prefix (window = 0), and
+//   max(0, pos - window + 1) for a local layer of Gemma 3 (window = 512): it sees its own
+//   position and the window - 1 before it (transformers: kv_idx > q_idx - sliding_window).
+//   The window is a launch argument, one per layer; it depends only on pos, like the mask.
 //
 //   q, out:        [n, n_heads, head_dim] f32     row i is position start_pos + i
 //   keys, values:  [start_pos + n, n_kv_heads, head_dim] f32, rows 0, 1, 2, ... (a row stride
@@ -41,16 +46,22 @@
 
 #define NEG_INF __int_as_float(0xff800000)
 
+// The first key a query at `pos` sees: the whole prefix, or the last `window` positions.
+__device__ __forceinline__ int first_key(int pos, int window) {
+    return window > 0 ? max(0, pos - window + 1) : 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // v1: one thread per (query row, head).
 
 extern "C" __global__ void __launch_bounds__(128) attention_v1(float* out, const float* q, const float* keys,
                                         const float* values, int n, int start_pos, int n_heads,
-                                        int n_kv_heads, int head_dim) {
+                                        int n_kv_heads, int head_dim, int window) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;  // = i * n_heads + h
     if (idx >= n * n_heads) return;
     int i = idx / n_heads, h = idx % n_heads;
-    int pos = start_pos + i;  // this query's position: it sees keys 0..=pos
+    int pos = start_pos + i;  // this query's position: it sees keys lo..=pos
+    int lo = first_key(pos, window);
     int kv_dim = n_kv_heads * head_dim;
     int kv_head = h / (n_heads / n_kv_heads);  // GQA: the KV head this query head reads
     const float* q_head = q + (size_t)idx * head_dim;
@@ -59,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_v1(float* out, const
 
     // Pass 1: the largest score (subtracting it keeps expf from overflowing).
     float max_score = NEG_INF;
-    for (int j = 0; j <= pos; j++) {
+    for (int j = lo; j <= pos; j++) {
         const float* key = keys + (size_t)j * kv_dim + kv_head * head_dim;
         float dot = 0.0f;
         for (int d = 0; d < head_dim; d++) dot += q_head[d] * key[d];
@@ -67,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_v1(float* out, const
     }
     // Pass 2: the softmax denominator.
     float sum = 0.0f;
-    for (int j = 0; j <= pos; j++) {
+    for (int j = lo; j <= pos; j++) {
         const float* key = keys + (size_t)j * kv_dim + kv_head * head_dim;
         float dot = 0.0f;
         for (int d = 0; d < head_dim; d++) dot += q_head[d] * key[d];
@@ -75,7 +86,7 @@ extern "C" __global__ void __launch_bounds__(128) attention_v1(float* out, const
     }
     // Pass 3: out = sum_j p_j * V[j], accumulated in `out` (this thread owns that row-head).
     for (int d = 0; d < head_dim; d++) out_head[d] = 0.0f;
-    for (int j = 0; j <= pos; j++) {
+    for (int j = lo; j <= pos; j++) {
         const float* key = keys + (size_t)j * kv_dim + kv_head * head_dim;
         const float* value = values + (size_t)j * kv_dim + kv_head * head_dim;
         float dot = 0.0f;
@@ -129,7 +140,7 @@ struct PagedRows {
 // `rows` is, so the contiguous and paged kernels give bitwise-identical outputs.
 template <typename Rows>
 __device__ void attention_v2_rows(float* out, const float* q, Rows rows, int n, int start_pos,
-                                  int n_heads, int n_kv_heads, int head_dim) {
+                                  int n_heads, int n_kv_heads, int head_dim, int window) {
     int h = blockIdx.x, i = blockIdx.y;  // grid: (n_heads, n)
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int pos = start_pos + i;
@@ -149,7 +160,7 @@ __device__ void attention_v2_rows(float* out, const float* q, Rows rows, int n, 
     // One pass over this warp's keys, with the online softmax.
     float m = NEG_INF;  // the largest score so far
     float l = 0.0f;     // sum of exp(score - m) so far
-    for (int j = warp; j <= pos; j += WARPS) {
+    for (int j = first_key(pos, window) + warp; j <= pos; j += WARPS) {
         const float* key = rows.key(j) + kv_head * head_dim;
         const float* value = rows.value(j) + kv_head * head_dim;
         float partial = 0.0f;
@@ -170,7 +181,7 @@ __device__ void attention_v2_rows(float* out, const float* q, Rows rows, int n, 
     }
 
     // Merge the warps: rescale each to the common max, add, divide by the common sum.
-    // A warp that had no key (pos < WARPS) has m = -inf and l = 0, and weighs exp(-inf) = 0.
+    // A warp that had no key (fewer than WARPS keys) has m = -inf and l = 0, and weighs exp(-inf) = 0.
     __shared__ float warp_m[WARPS], warp_l[WARPS];
     __shared__ float warp_acc[WARPS][MAX_HEAD_DIM];
     if (lane == 0) { warp_m[warp] = m; warp_l[warp] = l; }
@@ -192,18 +203,19 @@ __device__ void attention_v2_rows(float* out, const float* q, Rows rows, int n, 
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_v2(float* out, const float* q, const float* keys,
                                         const float* values, int n, int start_pos, int n_heads,
-                                        int n_kv_heads, int head_dim) {
+                                        int n_kv_heads, int head_dim, int window) {
     ContiguousRows rows = {keys, values, n_kv_heads * head_dim};
-    attention_v2_rows(out, q, rows, n, start_pos, n_heads, n_kv_heads, head_dim);
+    attention_v2_rows(out, q, rows, n, start_pos, n_heads, n_kv_heads, head_dim, window);
 }
 
 // attention_paged: v2 reading keys and values through a block table. Launch as v2:
 // grid (n_heads, n), 128 threads. k_pool, v_pool: [n_blocks, block_size, n_kv_heads, head_dim];
-// block_table: the sequence's blocks in order, covering positions 0..start_pos+n.
+// block_table: the sequence's blocks in order, covering positions 0..start_pos+n (entries
+// below a window's first key are never read).
 extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_paged(float* out, const float* q, const float* k_pool,
                                            const float* v_pool, const int* block_table,
                                            int block_size, int n, int start_pos, int n_heads,
-                                           int n_kv_heads, int head_dim) {
+                                           int n_kv_heads, int head_dim, int window) {
     PagedRows rows = {k_pool, v_pool, block_table, block_size, n_kv_heads * head_dim};
-    attention_v2_rows(out, q, rows, n, start_pos, n_heads, n_kv_heads, head_dim);
+    attention_v2_rows(out, q, rows, n, start_pos, n_heads, n_kv_heads, head_dim, window);
 }

@@ -2,7 +2,8 @@
 // (book: kv-quantization.md).
 //
 //   out[i][h] = softmax_j( q[i][h] · K'[j][h / kv_mul] / sqrt(head_dim) ) · V'[j][h / kv_mul],
-//               over keys j = 0 ..= start_pos + i (the causal mask)
+//               over keys j = first_key ..= start_pos + i (the causal mask; attention.cu
+//               says how a local layer's window moves the first key)
 //   K'[j][g][d] = k_codes[j][g][d] * k_scales[j][g]       (int8, one f32 scale per token per KV head)
 //   V'[j][g][d] = v_codes[j][g][d] * v_scales[j][g]
 //
@@ -34,7 +35,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_int8(float* out, const float* q, const signed char* k_codes,
                                           const float* k_scales, const signed char* v_codes,
                                           const float* v_scales, int n, int start_pos,
-                                          int n_heads, int n_kv_heads, int head_dim) {
+                                          int n_heads, int n_kv_heads, int head_dim, int window) {
     int h = blockIdx.x, i = blockIdx.y;  // grid: (n_heads, n)
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int pos = start_pos + i;
@@ -52,7 +53,8 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_int8(float* o
     }
 
     float m = NEG_INF, l = 0.0f;
-    for (int j = warp; j <= pos; j += WARPS) {
+    int first_key = window > 0 ? max(0, pos - window + 1) : 0;  // attention.cu's first_key
+    for (int j = first_key + warp; j <= pos; j += WARPS) {
         size_t row = (size_t)j * kv_dim + kv_head * head_dim;
         // One scale per (token, KV head): the same for the whole warp, one load each.
         float k_scale = k_scales[(size_t)j * n_kv_heads + kv_head];

@@ -2,7 +2,8 @@
 // Massa & Sizov 2023), for long contexts.
 //
 //   out[i][h] = softmax_j( q[i][h] · K[j][h / kv_mul] / sqrt(head_dim) ) · V[j][h / kv_mul],
-//               j = 0 ..= pos_i, pos_i = pos[0] + i              (attention.cu's formula)
+//               j = lo_i ..= pos_i, pos_i = pos[0] + i            (attention.cu's formula;
+//               lo_i = 0, or max(0, pos_i - window + 1) for a local layer's window)
 //
 // Why: attention.cu's v2 gives a decode step n_heads blocks (9 for SmolLM2). An H200 has 132
 // SMs, so at a long context 123 of them sit idle while 9 walk thousands of keys each. v3 cuts
@@ -22,8 +23,8 @@
 //                         online softmax, warps merged through shared memory.
 //   attention_v3_combine  grid (n_heads, n), 128 threads, one output dimension per thread.
 //
-// Bits: chunk s always covers keys s*CHUNK .. min((s+1)*CHUNK, pos+1), and the combine reads
-// chunks 0 ..= pos / CHUNK, in order. Both depend only on the row's position, never on how
+// Bits: chunk s always covers keys max(s*CHUNK, lo) .. min((s+1)*CHUNK, pos+1), and the
+// combine reads chunks lo / CHUNK ..= pos / CHUNK, in order (a window skips whole chunks). Both depend only on the row's position, never on how
 // many rows the pass has or how big the key buffer (the cache's capacity) is: the naive and
 // cached paths, both run through v3, get the same bits. v3 adds in another order than v1/v2,
 // so it agrees with them (and the CPU) to ~1e-6, not bit for bit.
@@ -40,6 +41,11 @@
 #define DIMS_PER_LANE (MAX_HEAD_DIM / 32)
 #define NEG_INF __int_as_float(0xff800000)
 
+// The first key a query at `pos` sees (attention.cu's first_key).
+__device__ __forceinline__ int first_key(int pos, int window) {
+    return window > 0 ? max(0, pos - window + 1) : 0;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
     return v;
@@ -49,15 +55,16 @@ __device__ __forceinline__ float warp_sum(float v) {
 extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_v3_split(
     float* part_acc, float* part_ml, const float* q, const float* keys, const float* values,
     const int* pos, int n, int n_heads, int n_kv_heads, int head_dim, int key_rows,
-    int n_splits) {
+    int n_splits, int window) {
     int h = blockIdx.x, i = blockIdx.y, s = blockIdx.z;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int position = pos[0] + i;
-    int first = s * CHUNK;
-    // A chunk past this row's keys (or a position the buffers do not hold): nothing to do;
-    // the combine never reads it.
-    if (position < 0 || position >= key_rows || first > position) return;
-    int last = min(first + CHUNK, position + 1);  // one past the chunk's last key
+    int lo = first_key(position, window);
+    int first = max(s * CHUNK, lo);
+    // A chunk outside this row's keys (or a position the buffers do not hold): nothing to
+    // do; the combine never reads it.
+    if (position < 0 || position >= key_rows || first > position || (s + 1) * CHUNK <= lo) return;
+    int last = min((s + 1) * CHUNK, position + 1);  // one past the chunk's last key
     int kv_dim = n_kv_heads * head_dim;
     int kv_head = h / (n_heads / n_kv_heads);
     const float* q_head = q + ((size_t)i * n_heads + h) * head_dim;
@@ -119,22 +126,23 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_v3_split(
 // out: [n, n_heads, head_dim].
 extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_v3_combine(
     float* out, const float* part_acc, const float* part_ml, const int* pos, int n, int n_heads,
-    int head_dim, int key_rows, int n_splits) {
+    int head_dim, int key_rows, int n_splits, int window) {
     int h = blockIdx.x, i = blockIdx.y;
     int position = pos[0] + i;
     if (position < 0 || position >= key_rows) return;
-    int used = min(position / CHUNK + 1, n_splits);  // chunks 0 ..= position / CHUNK
+    int from = first_key(max(position, 0), window) / CHUNK;  // chunks from ..= position / CHUNK
+    int used = min(position / CHUNK + 1, n_splits);
     size_t first = ((size_t)i * n_heads + h) * n_splits;
     float m_all = NEG_INF;
-    for (int s = 0; s < used; s++) m_all = fmaxf(m_all, part_ml[(first + s) * 2]);
+    for (int s = from; s < used; s++) m_all = fmaxf(m_all, part_ml[(first + s) * 2]);
     float l_all = 0.0f;
-    for (int s = 0; s < used; s++) {
+    for (int s = from; s < used; s++) {
         l_all += part_ml[(first + s) * 2 + 1] * expf(part_ml[(first + s) * 2] - m_all);
     }
     float* out_head = out + ((size_t)i * n_heads + h) * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += WARPS * 32) {
         float o = 0.0f;
-        for (int s = 0; s < used; s++) {
+        for (int s = from; s < used; s++) {
             o += part_acc[(first + s) * head_dim + d] * expf(part_ml[(first + s) * 2] - m_all);
         }
         out_head[d] = o / l_all;

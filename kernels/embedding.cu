@@ -1,6 +1,10 @@
 // embedding.cu — token embedding: copy row `tokens[r]` of the table into row `r` of `out`.
 //
-//   out[r][d] = table[tokens[r]][d]        out: [n, dim] f32, table: [vocab, dim], tokens: [n]
+//   out[r][d] = table[tokens[r]][d] * scale     out: [n, dim] f32, table: [vocab, dim], tokens: [n]
+//
+// `scale` is 1 for Llama (x * 1.0f is x exactly: the same bits as a plain copy) and √dim
+// for Gemma, which scales its embedding (not its tied LM head); the CPU multiplies the
+// copied row by the same f32, so the product is the CPU's to the bit.
 //
 // Launch: 1-D, one thread per output element (n * dim threads), 256 per block.
 // Consecutive threads copy consecutive `d` of one row, so reads and writes are coalesced.
@@ -20,21 +24,24 @@ __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162flo
 
 template <typename T>
 __device__ void embedding(float* out, const T* table, const unsigned int* tokens, int n, int dim,
-                          int vocab) {
+                          int vocab, float scale) {
     long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)n * dim) return;
     int r = (int)(idx / dim);
     int d = (int)(idx % dim);
     unsigned int token = tokens[r];
-    out[idx] = token < (unsigned int)vocab ? to_f32(table[(size_t)token * dim + d]) : __int_as_float(0x7fc00000);
+    out[idx] = token < (unsigned int)vocab ? to_f32(table[(size_t)token * dim + d]) * scale
+                                           : __int_as_float(0x7fc00000);
 }
 
 extern "C" __global__ void __launch_bounds__(256) embedding_f32(float* out, const float* table,
-                                         const unsigned int* tokens, int n, int dim, int vocab) {
-    embedding<float>(out, table, tokens, n, dim, vocab);
+                                         const unsigned int* tokens, int n, int dim, int vocab,
+                                         float scale) {
+    embedding<float>(out, table, tokens, n, dim, vocab, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(256) embedding_bf16(float* out, const __nv_bfloat16* table,
-                                          const unsigned int* tokens, int n, int dim, int vocab) {
-    embedding<__nv_bfloat16>(out, table, tokens, n, dim, vocab);
+                                          const unsigned int* tokens, int n, int dim, int vocab,
+                                          float scale) {
+    embedding<__nv_bfloat16>(out, table, tokens, n, dim, vocab, scale);
 }

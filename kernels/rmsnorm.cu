@@ -16,6 +16,12 @@
 // so GPU and CPU agree to ~1e-6 relative, not bitwise.
 //
 // CPU twin: ops::rmsnorm (src/ops.rs).
+//
+// Two entry points, one body: `rmsnorm` writes another buffer (the input of a sub-block,
+// and Gemma 3's sandwich norms of a sub-block's output), `rmsnorm_inplace` normalises its
+// own rows (Gemma 3's QK-norm: each head of each query and key row is one row of head_dim).
+// In place is safe: every thread reads the element it writes, and the barrier after the sum
+// of squares keeps all reads of the sum before any write.
 
 #define THREADS 256
 
@@ -26,8 +32,8 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) rmsnorm(float* out, const float* x, const float* weight, float eps,
-                                   int n, int dim) {
+__device__ void rmsnorm_rows(float* out, const float* x, const float* weight, float eps, int n,
+                             int dim) {
     int r = blockIdx.x;
     if (r >= n) return;  // whole block leaves together: no thread waits at a barrier alone
     const float* x_row = x + (size_t)r * dim;
@@ -53,4 +59,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) rmsnorm(float* out, const 
 
     // 3. Scale: the same expression, in the same order, as the CPU.
     for (int i = threadIdx.x; i < dim; i += THREADS) out_row[i] = weight[i] * (x_row[i] * inv_rms);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) rmsnorm(float* out, const float* x, const float* weight, float eps,
+                                   int n, int dim) {
+    rmsnorm_rows(out, x, weight, eps, n, dim);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) rmsnorm_inplace(float* x, const float* weight, float eps, int n,
+                                           int dim) {
+    rmsnorm_rows(x, x, weight, eps, n, dim);
 }

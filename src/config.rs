@@ -211,7 +211,7 @@ impl Config {
     // ANCHOR_END: layer_window
 
     /// (global, local) RoPE bases, from transformers 5's `rope_parameters` when present.
-    fn rope_bases(&self) -> (f64, f64) {
+    pub fn rope_bases(&self) -> (f64, f64) {
         let theta = |v: &serde_json::Value| v.get("rope_theta").and_then(serde_json::Value::as_f64);
         let g = &self.gemma;
         let params = g.rope_parameters.as_ref();

@@ -357,3 +357,79 @@ fn gpu_int8_cache_matches_the_cpus() {
         );
     }
 }
+
+/// Gemma 3's local layers through the GPU's other caches. Paged: one block table for every
+/// layer (`PagedSeq::single_counting`; the CPU's table per layer group is not on the GPU),
+/// each local layer reading its window through attention_paged's mask: equal to the
+/// contiguous GPU cache bit for bit, whatever the block size and the passes. Int8: the
+/// window in attention_int8, within the f32 tolerance of the CPU's `--kv int8` cache, and
+/// the same greedy tokens.
+#[test]
+fn gpu_gemma3_paged_and_int8_caches_match_their_twins() {
+    let Some(gpu) = gpu_or_skip("gpu_gemma3_paged_and_int8_caches_match_their_twins") else {
+        return;
+    };
+    let layout = CacheLayout {
+        policy: KvPolicy::Int8,
+        ..CacheLayout::default()
+    };
+    for (name, model) in gemma_models() {
+        let prompt = random_tokens(11, model.config.vocab_size, 96);
+        let continuation = random_tokens(6, model.config.vocab_size, 97);
+        let gm = GpuModel::upload_on(gpu.clone(), &model, GpuDtype::F32)
+            .unwrap()
+            .with_kernels(MatmulVersion::V2, AttentionVersion::V2);
+        let contiguous = gpu_cached_logits(&gm, &prompt, &continuation);
+        for (block_size, chunk) in [(1, 11), (3, 4), (4, 5)] {
+            let (paged, _) = gpu_paged_logits(&gm, block_size, chunk, &prompt, &continuation);
+            for (step, (a, b)) in contiguous.iter().zip(&paged).enumerate() {
+                assert_eq!(
+                    bits(a),
+                    bits(b),
+                    "{name}, block size {block_size}, passes of {chunk}: step {step}"
+                );
+            }
+        }
+        let backend = Backend::Cuda(gm);
+        let cpu_backend = Backend::Cpu(&model);
+        let steps = |b: &Backend| {
+            let mut d = b
+                .decoder(PathKind::Cached, layout, prompt.len(), continuation.len())
+                .unwrap();
+            d.prefill(&prompt[..4]).unwrap();
+            let mut all = vec![d.prefill(&prompt[4..]).unwrap()];
+            all.extend(continuation.iter().map(|&t| d.step(t).unwrap()));
+            all
+        };
+        let (on_gpu, on_cpu) = (steps(&backend), steps(&cpu_backend));
+        let mut worst = 0.0f32;
+        for (step, (g, c)) in on_gpu.iter().zip(&on_cpu).enumerate() {
+            let (err, tol) = (max_err(g, c), f32_tolerance(c));
+            assert!(err <= tol, "{name}: int8 step {step}: {err} > {tol}");
+            worst = worst.max(err);
+        }
+        let opts = GenerateOptions {
+            max_new_tokens: 10,
+            path: PathKind::Cached,
+            sampler: SamplerConfig::default(),
+            eos_ids: vec![],
+        };
+        let tokens = |b: &Backend| {
+            compare_with(
+                |path| b.decoder(path, layout, prompt.len(), opts.max_new_tokens),
+                &prompt,
+                &opts,
+                1,
+            )
+            .unwrap()
+            .cached
+            .generated_ids
+        };
+        assert_eq!(
+            tokens(&backend),
+            tokens(&cpu_backend),
+            "{name}: int8 tokens"
+        );
+        eprintln!("  {name}: paged == contiguous bitwise (3 block sizes x passes); int8 max |GPU - CPU| = {worst:.2e}, same tokens");
+    }
+}

@@ -16,13 +16,15 @@ mod common;
 
 use common::gpu::*;
 
-use kvlab::attention::{causal_attention, Heads};
+use kvlab::attention::{attention_observed, Heads};
+use kvlab::cache::rows::Contiguous;
 use kvlab::cuda::ops_fused::MatmulOut;
 use kvlab::cuda::ops_splitk::{SplitKScratch, CHUNK_KEYS};
 use kvlab::cuda::weights::{GpuMatrix, RopeTables};
 use kvlab::cuda::{GpuModel, MatmulVersion};
 use kvlab::device::GpuDtype;
 use kvlab::generate::Decoder;
+use kvlab::mask::Window;
 use kvlab::{ops, Model};
 
 /// `(n, d_in, output widths, biases?)`: one output, QKV-shaped three (SmolLM2: 576 → 576,
@@ -415,7 +417,12 @@ fn gpu_attention_v3_matches_cpu() {
         (2, 600, 6, 1, 40),
         (1, 3, 2, 1, 256),
     ];
-    for (n, start_pos, n_heads, n_kv_heads, head_dim) in cases {
+    // Each case with every key, and with a local layer's window (Gemma 3): 3 keys, and one
+    // key more than a chunk, so that whole chunks below the window are skipped and the
+    // first chunk read starts inside itself.
+    let windows = [None, Some(3), Some(CHUNK_KEYS + 1)];
+    let cases = cases.into_iter().flat_map(|c| windows.map(|w| (c, w)));
+    for ((n, start_pos, n_heads, n_kv_heads, head_dim), window) in cases {
         let heads = Heads {
             n_heads,
             n_kv_heads,
@@ -428,7 +435,9 @@ fn gpu_attention_v3_matches_cpu() {
             random(used * kv_dim, 1.0, 15),
             random(used * kv_dim, 1.0, 16),
         );
-        let cpu = causal_attention(&q, &keys, &values, start_pos, heads);
+        let rows = Contiguous::new(&keys, &values, kv_dim);
+        let mask = window.map(Window::plain);
+        let cpu = attention_observed(&rows, &q, start_pos, heads, mask, false).0;
         let qd = gpu.upload(&q).unwrap();
         let pos = gpu.upload(&[start_pos as i32]).unwrap();
         let mut results = Vec::new();
@@ -442,6 +451,25 @@ fn gpu_attention_v3_matches_cpu() {
             );
             let mut scratch = SplitKScratch::new(&gpu, n, used + extra_rows, heads).unwrap();
             let mut out = gpu.zeros::<f32>(n * n_heads * head_dim).unwrap();
+            if window.is_some() {
+                // A global layer first, as in a Gemma pass: it fills every chunk's partials,
+                // so a windowed combine that read a chunk below its window would show.
+                let (k, v, p) = (&kd.as_view(), &vd.as_view(), &pos.as_view());
+                let o = &mut out.as_view_mut();
+                gpu.attention_v3(
+                    o,
+                    &qd.as_view(),
+                    k,
+                    v,
+                    p,
+                    start_pos,
+                    n,
+                    heads,
+                    &mut scratch,
+                    None,
+                )
+                .unwrap();
+            }
             gpu.attention_v3(
                 &mut out.as_view_mut(),
                 &qd.as_view(),
@@ -452,10 +480,11 @@ fn gpu_attention_v3_matches_cpu() {
                 n,
                 heads,
                 &mut scratch,
+                window,
             )
             .unwrap();
             let got = gpu.download(&out).unwrap();
-            let what = format!("attention v3 n {n} start {start_pos} heads {n_heads}/{n_kv_heads} hd {head_dim}, {extra_rows} spare rows");
+            let what = format!("attention v3 n {n} start {start_pos} heads {n_heads}/{n_kv_heads} hd {head_dim}, {extra_rows} spare rows, window {window:?}");
             assert_close(&what, &got, &cpu, 2e-5);
             // Row independence: the last row alone, as a decode step, has the same bits.
             if n > 1 {
@@ -473,6 +502,7 @@ fn gpu_attention_v3_matches_cpu() {
                     1,
                     heads,
                     &mut scratch,
+                    window,
                 )
                 .unwrap();
                 assert_eq!(
@@ -517,6 +547,7 @@ fn gpu_attention_v3_matches_cpu() {
                 1,
                 heads,
                 &mut scratch,
+                None,
             )
             .unwrap()
         });
@@ -530,6 +561,7 @@ fn gpu_attention_v3_matches_cpu() {
                 context - 1,
                 heads,
                 kvlab::cuda::AttentionVersion::V2,
+                None,
             )
             .unwrap()
         });

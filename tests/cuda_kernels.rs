@@ -18,14 +18,15 @@ mod common;
 
 use common::gpu::*;
 
-use kvlab::attention::{attention_over, causal_attention, Heads};
+use kvlab::attention::{attention_observed, attention_over, causal_attention, Heads};
 use kvlab::backend::Backend;
-use kvlab::cache::rows::{Evicted, Paged};
+use kvlab::cache::rows::{Contiguous, Evicted, Paged};
 use kvlab::cache::PreallocatedCache;
 use kvlab::cuda::weights::{GpuMatrix, RopeTables};
 use kvlab::cuda::{nvrtc, AttentionVersion, GpuKvCache, MatmulVersion};
 use kvlab::device::{Device, GpuDtype};
 use kvlab::error::Error;
+use kvlab::mask::Window;
 use kvlab::{ops, Model};
 
 // =============================================================================================
@@ -165,6 +166,12 @@ fn gpu_embedding_matches_cpu() {
             let got = gpu.download(&out).unwrap();
             eprintln!("  embedding {dtype:?} vocab {vocab} dim {dim} n {n}: exact");
             assert_eq!(bits(&got), bits(&cpu), "a copy must be exact");
+            // Gemma's √dim scale: one f32 product per element, the CPU's, so exact too.
+            let scale = (dim as f32).sqrt();
+            gpu.embedding_ids(&mut out.as_view_mut(), &t, &ids.as_view(), scale)
+                .unwrap();
+            let scaled: Vec<f32> = cpu.iter().map(|v| v * scale).collect();
+            assert_eq!(bits(&gpu.download(&out).unwrap()), bits(&scaled));
             // An id outside the table is refused before anything runs.
             let err = gpu.embedding(
                 &mut out.as_view_mut(),
@@ -223,11 +230,16 @@ fn gpu_rmsnorm_matches_cpu() {
             n,
         )
         .unwrap();
-        assert_close(
-            &format!("rmsnorm n {n} dim {dim}"),
-            &gpu.download(&out).unwrap(),
-            &cpu,
-            1e-5,
+        let got = gpu.download(&out).unwrap();
+        assert_close(&format!("rmsnorm n {n} dim {dim}"), &got, &cpu, 1e-5);
+        // In place (Gemma 3's QK-norm): the same body, so the same bits.
+        let mut inplace = gpu.upload(&x).unwrap();
+        gpu.rmsnorm_inplace(&mut inplace.as_view_mut(), &wd.as_view(), 1e-5, n)
+            .unwrap();
+        assert_eq!(
+            bits(&gpu.download(&inplace).unwrap()),
+            bits(&got),
+            "rmsnorm_inplace n {n} dim {dim}"
         );
     }
     if !timing_wanted() {
@@ -537,6 +549,34 @@ fn gpu_swiglu_matches_cpu() {
 }
 
 #[test]
+fn gpu_geglu_matches_cpu() {
+    let Some(gpu) = gpu_or_skip("gpu_geglu_matches_cpu") else {
+        return;
+    };
+    // Gemma's GeGLU (GELU, tanh approximation). Tolerance: CUDA's tanhf is within 2 ulp,
+    // then a handful of products and one add, on values up to 8 x 2: 2e-6 relative.
+    for count in [1, 1000, 2048 * 17 + 3] {
+        let (gate, up) = (random(count, 8.0, 11), random(count, 2.0, 12));
+        let mut cpu = gate.clone();
+        ops::geglu(&mut cpu, &up);
+        let (mut gd, ud) = (gpu.upload(&gate).unwrap(), gpu.upload(&up).unwrap());
+        gpu.gated(
+            kvlab::config::Activation::GeluTanh,
+            &mut gd.as_view_mut(),
+            &ud.as_view(),
+            count,
+        )
+        .unwrap();
+        assert_close(
+            &format!("geglu count {count}"),
+            &gpu.download(&gd).unwrap(),
+            &cpu,
+            2e-6,
+        );
+    }
+}
+
+#[test]
 fn gpu_residual_adds_match_cpu_exactly() {
     let Some(gpu) = gpu_or_skip("gpu_residual_adds_match_cpu_exactly") else {
         return;
@@ -603,7 +643,6 @@ fn gpu_attention_matches_cpu() {
             random(used * kv_dim, 1.0, 15),
             random(used * kv_dim, 1.0, 16),
         );
-        let cpu = causal_attention(&q, &keys, &values, start_pos, heads);
         // On the GPU the keys sit in a bigger buffer, as in a cache of capacity > used, and
         // the rows past `used` are NaN: a kernel that reads past the mask would return NaN.
         let pad = |v: &[f32]| [v, &vec![f32::NAN; 3 * kv_dim]].concat();
@@ -612,7 +651,19 @@ fn gpu_attention_matches_cpu() {
             gpu.upload(&pad(&keys)).unwrap(),
             gpu.upload(&pad(&values)).unwrap(),
         );
-        for version in [AttentionVersion::V1, AttentionVersion::V2] {
+        // Every layer's mask, and a local layer's window (Gemma 3) shorter than the context:
+        // a window of 3 sees 3 keys at most, whatever the position.
+        let versions = [AttentionVersion::V1, AttentionVersion::V2];
+        for (window, version) in [None, Some(3)]
+            .into_iter()
+            .flat_map(|w| versions.map(|v| (w, v)))
+        {
+            let rows = Contiguous::new(&keys, &values, kv_dim);
+            let mask = window.map(Window::plain);
+            let cpu = attention_observed(&rows, &q, start_pos, heads, mask, false).0;
+            if window.is_none() {
+                assert_eq!(cpu, causal_attention(&q, &keys, &values, start_pos, heads));
+            }
             let mut out = gpu.zeros::<f32>(n * n_heads * head_dim).unwrap();
             gpu.attention(
                 &mut out.as_view_mut(),
@@ -623,10 +674,11 @@ fn gpu_attention_matches_cpu() {
                 start_pos,
                 heads,
                 version,
+                window,
             )
             .unwrap();
             let got = gpu.download(&out).unwrap();
-            let what = format!("attention {version:?} n {n} start {start_pos} heads {n_heads}/{n_kv_heads} head_dim {head_dim}");
+            let what = format!("attention {version:?} n {n} start {start_pos} heads {n_heads}/{n_kv_heads} head_dim {head_dim} window {window:?}");
             assert_close(&what, &got, &cpu, 2e-5);
 
             // Row independence, i.e. naive == cached for attention: the last query row,
@@ -644,6 +696,7 @@ fn gpu_attention_matches_cpu() {
                     used - 1,
                     heads,
                     version,
+                    window,
                 )
                 .unwrap();
                 assert_eq!(
@@ -671,7 +724,8 @@ fn gpu_attention_matches_cpu() {
             1,
             0,
             big,
-            AttentionVersion::V2
+            AttentionVersion::V2,
+            None,
         )
         .is_err());
 
@@ -702,6 +756,7 @@ fn gpu_attention_matches_cpu() {
                     start_pos,
                     heads,
                     version,
+                    None,
                 )
                 .unwrap()
             });
@@ -795,6 +850,7 @@ fn gpu_paged_attention_matches_cpu() {
             n,
             start_pos,
             heads,
+            None,
         )
         .unwrap();
         let got = gpu.download(&out).unwrap();
@@ -814,6 +870,7 @@ fn gpu_paged_attention_matches_cpu() {
             start_pos,
             heads,
             AttentionVersion::V2,
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -821,6 +878,54 @@ fn gpu_paged_attention_matches_cpu() {
             bits(&got),
             "{what}: paged and contiguous v2 differ"
         );
+        // A local layer's window of 5 (Gemma 3): the same two kernels, the same bits, and
+        // the CPU's windowed attention within the tolerance.
+        let window = Some(5);
+        let mut paged = gpu.zeros::<f32>(n * n_heads * head_dim).unwrap();
+        let pools = (&kpd.as_view(), &vpd.as_view());
+        let mut table_dev = kvlab::cuda::GpuBlockTable::new(&gpu, table.len(), n_blocks).unwrap();
+        let ids: Vec<usize> = table.iter().map(|&b| b as usize).collect();
+        table_dev.update(&gpu, &ids).unwrap();
+        let at = (n, start_pos, window);
+        gpu.attention_paged_on(
+            &mut paged.as_view_mut(),
+            &qd.as_view(),
+            pools,
+            &table_dev,
+            block_size,
+            at,
+            heads,
+        )
+        .unwrap();
+        gpu.attention(
+            &mut contiguous.as_view_mut(),
+            &qd.as_view(),
+            &kd.as_view(),
+            &vd.as_view(),
+            n,
+            start_pos,
+            heads,
+            AttentionVersion::V2,
+            window,
+        )
+        .unwrap();
+        let paged = gpu.download(&paged).unwrap();
+        assert_eq!(
+            bits(&gpu.download(&contiguous).unwrap()),
+            bits(&paged),
+            "{what}, window 5: paged and contiguous v2 differ"
+        );
+        let rows = Contiguous::new(&keys, &values, kv_dim);
+        let cpu = attention_observed(
+            &rows,
+            &q,
+            start_pos,
+            heads,
+            window.map(Window::plain),
+            false,
+        )
+        .0;
+        assert_close(&format!("{what}, window 5"), &paged, &cpu, 2e-5);
     }
     // A table that points outside the pool, or is too short, is an error, not a wild read.
     let heads = Heads {
@@ -843,6 +948,7 @@ fn gpu_paged_attention_matches_cpu() {
                 1,
                 start_pos,
                 heads,
+                None,
             )
             .unwrap_err();
         assert!(err.to_string().contains("paged attention"), "{err}");

@@ -10,8 +10,10 @@ mod common;
 
 use common::gpu::*;
 
-use kvlab::attention::{causal_attention, Heads};
+use kvlab::attention::{attention_observed, Heads};
 use kvlab::cache::quant::codec::{dequantize_i8, quantize_i8};
+use kvlab::cache::rows::Contiguous;
+use kvlab::mask::Window;
 
 /// Random keys or values `[len, n_kv_heads, head_dim]`, quantized per token per head:
 /// the codes, the scales `[len, n_kv_heads]`, and the dequantized f32 values (what the CPU's
@@ -46,12 +48,25 @@ fn int8_attention_matches_the_cpu() {
             n_kv_heads,
             head_dim,
         };
-        for (start_pos, n) in [(0, 1), (0, 5), (37, 1), (511, 1), (2047, 1), (100, 7)] {
+        // (start, n, a local layer's window): the whole prefix, and windows shorter than it.
+        let cases = [
+            (0, 1, None),
+            (0, 5, None),
+            (37, 1, None),
+            (511, 1, None),
+            (2047, 1, None),
+            (100, 7, None),
+            (100, 7, Some(4)),
+            (2047, 1, Some(512)),
+        ];
+        for (start_pos, n, window) in cases {
             let len = start_pos + n;
             let q = random(n * n_heads * head_dim, 1.0, 1);
             let (k_codes, k_scales, keys) = quantized(len, heads, 2);
             let (v_codes, v_scales, values) = quantized(len, heads, 3);
-            let cpu = causal_attention(&q, &keys, &values, start_pos, heads);
+            let rows = Contiguous::new(&keys, &values, n_kv_heads * head_dim);
+            let mask = window.map(Window::plain);
+            let cpu = attention_observed(&rows, &q, start_pos, heads, mask, false).0;
             let mut out = gpu.zeros::<f32>(q.len()).unwrap();
             let up = |v: &[f32]| gpu.upload(v).unwrap();
             let (qd, ksd, vsd) = (up(&q), up(&k_scales), up(&v_scales));
@@ -67,11 +82,12 @@ fn int8_attention_matches_the_cpu() {
                 n,
                 start_pos,
                 heads,
+                window,
             )
             .unwrap();
             let got = gpu.download(&out).unwrap();
             let err = max_err(&got, &cpu);
-            eprintln!("  int8 attention {n_heads}/{n_kv_heads}x{head_dim} start {start_pos} n {n}: error {err:.2e}");
+            eprintln!("  int8 attention {n_heads}/{n_kv_heads}x{head_dim} start {start_pos} n {n} window {window:?}: error {err:.2e}");
             assert!(err < 1e-5, "int8 attention differs from the CPU by {err}");
         }
     }
@@ -101,6 +117,7 @@ fn zero_queries_are_refused_before_a_launch() {
             0,
             0,
             heads,
+            None,
         )
         .unwrap_err()
         .to_string();

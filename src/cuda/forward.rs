@@ -144,16 +144,39 @@ pub(crate) fn attend(
     n: usize,
     start_pos: usize,
     heads: Heads,
+    window: Option<usize>,
 ) -> Result<()> {
     match (version, split_k) {
-        (AttentionVersion::V3, Some(scratch)) => {
-            gpu.attention_v3(out, q, keys, values, pos, start_pos, n, heads, scratch)
-        }
+        (AttentionVersion::V3, Some(scratch)) => gpu.attention_v3(
+            out, q, keys, values, pos, start_pos, n, heads, scratch, window,
+        ),
         (AttentionVersion::V3, None) => Err(Error::Cuda(
             "internal: attention v3 without its scratch (RunState::prepare was not called)".into(),
         )),
-        _ => gpu.attention(out, q, keys, values, n, start_pos, heads, version),
+        _ => gpu.attention(out, q, keys, values, n, start_pos, heads, version, window),
     }
+}
+
+/// `x += proj`: a sub-block's output joins the residual stream, normalised first when the
+/// model has a sandwich norm there (Gemma 3's `post_attention_norm`, `post_ffw_norm`).
+fn add_residual(
+    gpu: &super::Gpu,
+    st: &mut RunState,
+    post_norm: &Option<CudaSlice<f32>>,
+    eps: f32,
+    n: usize,
+    dim: usize,
+) -> Result<()> {
+    let out = match post_norm {
+        Some(w) => {
+            // xb is free here: the sub-block's input was consumed by its matmuls.
+            let normed = &mut st.xb.slice_mut(..n * dim);
+            gpu.rmsnorm(normed, &st.proj.slice(..n * dim), &w.as_view(), eps, n)?;
+            &st.xb
+        }
+        None => &st.proj,
+    };
+    gpu.add_inplace(&mut st.x.as_view_mut(), &out.as_view(), n * dim)
 }
 
 impl GpuModel {
@@ -276,15 +299,19 @@ impl GpuModel {
         let kv_dim = heads.n_kv_heads * heads.head_dim;
         let (mm, attn_version) = (self.matmul, self.attention);
         let eps = c.rms_norm_eps as f32;
+        let activation = c.activation()?;
 
-        // Token embedding: row `token` of the table.        x: [n, dim]
+        // Token embedding: row `token` of the table, times √dim for Gemma.   x: [n, dim]
         gpu.embedding_ids(
             &mut st.x.slice_mut(..n * dim),
             &w.embed,
             &st.tokens.slice(..n),
+            c.embed_scale().unwrap_or(1.0),
         )?;
 
         for (l, layer) in w.layers.iter().enumerate() {
+            // The keys a query reaches back to: all of them, or a local layer's window.
+            let window = c.layer_window(l);
             // ---- attention block ----
             gpu.rmsnorm(
                 &mut st.xb.as_view_mut(),
@@ -305,10 +332,19 @@ impl GpuModel {
                     gpu.add_bias(&mut t.as_view_mut(), &b.as_view(), n)?;
                 }
             }
+            // QK-norm (Gemma 3): each head of each row is one RMSNorm row of head_dim.
+            if let (Some(q_norm), Some(k_norm)) = (&layer.q_norm, &layer.k_norm) {
+                let q_heads = n * heads.n_heads;
+                let k_heads = n * heads.n_kv_heads;
+                let q = &mut st.q.slice_mut(..q_heads * heads.head_dim);
+                gpu.rmsnorm_inplace(q, &q_norm.as_view(), eps, q_heads)?;
+                let k = &mut st.k.slice_mut(..k_heads * heads.head_dim);
+                gpu.rmsnorm_inplace(k, &k_norm.as_view(), eps, k_heads)?;
+            }
             gpu.rope(
                 &mut st.q.as_view_mut(),
                 &mut st.k.as_view_mut(),
-                &w.rope,
+                w.rope_of(c, l),
                 n,
                 heads,
                 start_pos,
@@ -328,6 +364,7 @@ impl GpuModel {
                         n,
                         0,
                         heads,
+                        window,
                     )?;
                 }
                 GpuKvSource::Cache(cache) => {
@@ -343,6 +380,7 @@ impl GpuModel {
                         n,
                         start_pos,
                         heads,
+                        window,
                     )?;
                 }
                 // The paged cache reads through its block table with attention_paged
@@ -351,12 +389,12 @@ impl GpuModel {
                 GpuKvSource::Paged(cache) => {
                     cache.write(gpu, l, &st.k.as_view(), &st.v.as_view(), n)?;
                     let (out, q) = (&mut st.att.as_view_mut(), &st.q.as_view());
-                    cache.attend(gpu, l, out, q, n, start_pos, heads)?;
+                    cache.attend(gpu, l, out, q, (n, start_pos, window), heads)?;
                 }
                 GpuKvSource::Int8(cache) => {
                     cache.write(gpu, l, &st.k.as_view(), &st.v.as_view(), n)?;
                     let (out, q) = (&mut st.att.as_view_mut(), &st.q.as_view());
-                    cache.attend(gpu, l, out, q, n, start_pos)?;
+                    cache.attend(gpu, l, out, q, (n, start_pos, window))?;
                 }
             }
             // ANCHOR_END: kv_sources
@@ -367,7 +405,7 @@ impl GpuModel {
                 n,
                 mm,
             )?; // [n, dim]
-            gpu.add_inplace(&mut st.x.as_view_mut(), &st.proj.as_view(), n * dim)?;
+            add_residual(gpu, st, &layer.post_attn_norm, eps, n, dim)?;
 
             // ---- MLP block ----
             gpu.rmsnorm(
@@ -391,7 +429,8 @@ impl GpuModel {
                 n,
                 mm,
             )?; // [n, hidden]
-            gpu.swiglu(&mut st.gate.as_view_mut(), &st.up.as_view(), n * hidden)?;
+            let (gate, up) = (&mut st.gate.as_view_mut(), &st.up.as_view());
+            gpu.gated(activation, gate, up, n * hidden)?; // SwiGLU, or Gemma's GeGLU
             gpu.matmul(
                 &mut st.proj.as_view_mut(),
                 &st.gate.as_view(),
@@ -399,7 +438,7 @@ impl GpuModel {
                 n,
                 mm,
             )?; // [n, dim]
-            gpu.add_inplace(&mut st.x.as_view_mut(), &st.proj.as_view(), n * dim)?;
+            add_residual(gpu, st, &layer.post_mlp_norm, eps, n, dim)?;
         }
         // Final RMSNorm and LM head, for the last token only.    logits: [vocab]
         let last = st.x.slice((n - 1) * dim..n * dim);

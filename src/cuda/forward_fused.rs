@@ -64,8 +64,13 @@ impl GpuModel {
             ));
         };
 
-        // Token embedding.                                           x: [n, dim]
-        gpu.embedding_ids(&mut x.slice_mut(..n * dim), &w.embed, &tokens.slice(..n))?;
+        // Token embedding (a Llama's: unscaled; GpuModel::set_plan refuses Gemma here).  x: [n, dim]
+        gpu.embedding_ids(
+            &mut x.slice_mut(..n * dim),
+            &w.embed,
+            &tokens.slice(..n),
+            1.0,
+        )?;
 
         for (l, layer) in w.layers.iter().enumerate() {
             // ---- attention block: 5 launches ----
@@ -149,6 +154,7 @@ impl GpuModel {
                 n,
                 heads,
                 scratch,
+                None,
             )?;
             // x += att · Wo
             gpu.matmul_residual(&mut x.as_view_mut(), &att.as_view(), &layer.wo, n)?;

@@ -106,15 +106,15 @@ impl GpuInt8Cache {
     }
 
     /// Attention of `n` queries at `start_pos..start_pos + n` over layer `layer`'s positions
-    /// `0..start_pos + n`, read as codes and scales.
+    /// `0..start_pos + n` (the last `window` of them per query for a local layer), read as
+    /// codes and scales.
     pub fn attend(
         &self,
         gpu: &Gpu,
         layer: usize,
         out: &mut CudaViewMut<f32>,
         q: &CudaView<f32>,
-        n: usize,
-        start_pos: usize,
+        (n, start_pos, window): (usize, usize, Option<usize>),
     ) -> Result<()> {
         let Heads {
             n_kv_heads,
@@ -135,7 +135,7 @@ impl GpuInt8Cache {
                 "the int8 cache has no layer {layer}"
             )));
         };
-        gpu.attention_int8(out, q, &kc, &ks, &vc, &vs, n, start_pos, self.heads)
+        gpu.attention_int8(out, q, &kc, &ks, &vc, &vs, n, start_pos, self.heads, window)
     }
 
     /// Marks `n` new positions as filled, once every layer has written them.

@@ -131,6 +131,15 @@ impl GpuModel {
 
     /// [`GpuModel::with_plan`] in place (the bench switches plans on one uploaded model).
     pub fn set_plan(&mut self, fused: bool, graphs: bool) -> Result<()> {
+        if fused && self.config.is_gemma3() {
+            // The fused kernels fold RMSNorm into the next matmul and SwiGLU into the down
+            // projection: Gemma's QK-norm, sandwich norms, GeGLU and windows are not in them.
+            return Err(crate::error::Error::InvalidArgument(
+                "the fused CUDA kernels build a Llama layer; Gemma 3 (QK-norm, sandwich norms, \
+                 GeGLU, local windows) runs on the unfused kernels, the default of --device cuda"
+                    .into(),
+            ));
+        }
         if graphs && !fused {
             return Err(crate::error::Error::InvalidArgument(
                 "CUDA graphs replay the fused kernels (they read the position from the GPU): \

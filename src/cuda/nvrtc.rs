@@ -38,7 +38,7 @@ pub const KERNELS: &[KernelSource] = &[
     KernelSource {
         file: "rmsnorm.cu",
         source: include_str!("../../kernels/rmsnorm.cu"),
-        functions: &["rmsnorm"],
+        functions: &["rmsnorm", "rmsnorm_inplace"],
     },
     KernelSource {
         file: "matmul.cu",
@@ -98,7 +98,7 @@ pub const KERNELS: &[KernelSource] = &[
     KernelSource {
         file: "swiglu.cu",
         source: include_str!("../../kernels/swiglu.cu"),
-        functions: &["swiglu"],
+        functions: &["swiglu", "geglu"],
     },
     KernelSource {
         file: "argmax.cu",

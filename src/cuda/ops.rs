@@ -13,6 +13,7 @@
 use super::gpu::{CudaContextExt, Gpu};
 use super::weights::{GpuMatrix, RopeTables, WeightData};
 use crate::attention::Heads;
+use crate::config::Activation;
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaView, CudaViewMut, LaunchArgs, LaunchConfig, PushKernelArg};
 use serde::Serialize;
@@ -124,6 +125,20 @@ pub(super) fn int(what: &str, v: usize) -> Result<i32> {
     })
 }
 
+/// The attention kernels' `window` argument: 0 for a layer that attends to the whole prefix,
+/// else how many positions a local layer's query sees (its own and the `window - 1` before
+/// it: Gemma 3's sliding layers, `Config::layer_window`).
+pub(super) fn window_arg(window: Option<usize>) -> Result<i32> {
+    match window {
+        None => Ok(0),
+        Some(0) => Err(Error::InvalidArgument(
+            "a window of 0 positions lets a query see no key: a local layer's window is at least 1"
+                .into(),
+        )),
+        Some(w) => int("window", w),
+    }
+}
+
 /// A 1-D launch of `count` threads in blocks of `threads`.
 pub(super) fn one_thread_each(count: usize, threads: u32) -> Result<LaunchConfig> {
     let blocks = count.div_ceil(threads as usize).max(1);
@@ -182,16 +197,18 @@ impl Gpu {
         self.stream
             .memcpy_htod(tokens, &mut ids)
             .cuda("copying token ids")?;
-        self.embedding_ids(out, table, &ids.as_view())
+        self.embedding_ids(out, table, &ids.as_view(), 1.0)
     }
 
     /// [`Gpu::embedding`] of ids already on the GPU (`ids`: `[n]`), checked by the caller
-    /// against the vocabulary: the launch alone, which a CUDA graph can capture.
+    /// against the vocabulary: the launch alone, which a CUDA graph can capture. Each row is
+    /// multiplied by `scale`: 1 for Llama (exact), √dim for Gemma (`Config::embed_scale`).
     pub fn embedding_ids(
         &self,
         out: &mut CudaViewMut<f32>,
         table: &GpuMatrix,
         ids: &CudaView<u32>,
+        scale: f32,
     ) -> Result<()> {
         let (vocab, dim, n) = (table.rows, table.cols, ids.len());
         check_nonzero("embedding", &[("tokens", n), ("dim", dim)])?;
@@ -208,8 +225,8 @@ impl Gpu {
             WeightData::F32(t) => b.arg(t),
             WeightData::Bf16(t) => b.arg(t),
         };
-        b.arg(ids).arg(&n_i).arg(&dim_i).arg(&vocab_i);
-        // SAFETY: embedding_{f32,bf16}(out, table, tokens, n, dim, vocab) matches the kernel; it
+        b.arg(ids).arg(&n_i).arg(&dim_i).arg(&vocab_i).arg(&scale);
+        // SAFETY: embedding_{f32,bf16}(out, table, tokens, n, dim, vocab, scale) matches the kernel; it
         // touches out[..n*dim] (checked), tokens[..n] (`ids` is exactly n long) and
         // table[id*dim..][..dim] only for ids < vocab (the kernel checks each id; the table is
         // exactly vocab x dim).
@@ -248,6 +265,33 @@ impl Gpu {
         // SAFETY: rmsnorm(out, x, weight, eps, n, dim) matches the kernel; block r < n touches
         // row r of x and out (both checked to hold n*dim) and weight[..dim] (dim = its length).
         unsafe { self.launch(&mut b, cfg, "rmsnorm") }
+    }
+
+    /// [`Gpu::rmsnorm`] of `x` into itself, `x`: `[n, dim]`, `weight`: `[dim]`: Gemma 3's
+    /// QK-norm, where every head of every row is one row of `head_dim`. Same kernel body, so
+    /// the same bits as `rmsnorm` into another buffer. CPU twin: `ops::rmsnorm`.
+    pub fn rmsnorm_inplace(
+        &self,
+        x: &mut CudaViewMut<f32>,
+        weight: &CudaView<f32>,
+        eps: f32,
+        n: usize,
+    ) -> Result<()> {
+        let dim = weight.len();
+        check_nonzero("rmsnorm_inplace", &[("n", n), ("dim", dim)])?;
+        check("rmsnorm_inplace x", x.len(), n * dim)?;
+        let (n_i, dim_i) = (int("n", n)?, int("dim", dim)?);
+        int("n * dim", n * dim)?;
+        let mut b = self.stream.launch_builder(&self.f.rmsnorm_inplace);
+        b.arg(x).arg(weight).arg(&eps).arg(&n_i).arg(&dim_i);
+        let cfg = LaunchConfig {
+            grid_dim: (n.max(1) as u32, 1, 1), // n fits in i32, so in u32
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: rmsnorm_inplace(x, weight, eps, n, dim) matches the kernel; block r < n
+        // touches row r of x (checked to hold n*dim) and weight[..dim] (dim = its length).
+        unsafe { self.launch(&mut b, cfg, "rmsnorm_inplace") }
     }
 
     // ANCHOR: matmul
@@ -403,14 +447,31 @@ impl Gpu {
         up: &CudaView<f32>,
         count: usize,
     ) -> Result<()> {
-        check_nonzero("swiglu", &[("count", count)])?;
-        check("swiglu gate", gate.len(), count)?;
-        check("swiglu up", up.len(), count)?;
+        self.gated(Activation::Silu, gate, up, count)
+    }
+
+    /// `gate = act(gate) * up` over `count` elements: SwiGLU (Llama) or GeGLU (Gemma, GELU's
+    /// tanh approximation). CPU twins: `ops::swiglu`, `ops::geglu`.
+    pub fn gated(
+        &self,
+        activation: Activation,
+        gate: &mut CudaViewMut<f32>,
+        up: &CudaView<f32>,
+        count: usize,
+    ) -> Result<()> {
+        let (f, name) = match activation {
+            Activation::Silu => (&self.f.swiglu, "swiglu"),
+            Activation::GeluTanh => (&self.f.geglu, "geglu"),
+        };
+        check_nonzero(name, &[("count", count)])?;
+        check(name, gate.len(), count)?;
+        check(name, up.len(), count)?;
         let count_i = int("count", count)?;
-        let mut b = self.stream.launch_builder(&self.f.swiglu);
+        let mut b = self.stream.launch_builder(f);
         b.arg(gate).arg(up).arg(&count_i);
-        // SAFETY: swiglu(gate, up, count) matches the kernel; it touches gate, up[..count] (checked).
-        unsafe { self.launch(&mut b, one_thread_each(count, 256)?, "swiglu") }
+        // SAFETY: swiglu and geglu(gate, up, count) match the kernels; each touches gate,
+        // up[..count] (checked).
+        unsafe { self.launch(&mut b, one_thread_each(count, 256)?, name) }
     }
 
     /// The index of the largest of `x`'s values, lowest index on ties, written to `out[0]`.

@@ -6,7 +6,9 @@
 
 use super::gpu::CudaContextExt;
 use super::gpu::Gpu;
-use super::ops::{check, check_heads, check_nonzero, int, one_thread_each, AttentionVersion};
+use super::ops::{
+    check, check_heads, check_nonzero, int, one_thread_each, window_arg, AttentionVersion,
+};
 use crate::attention::Heads;
 use crate::cache::paged::BlockId;
 use crate::error::{Error, Result};
@@ -70,7 +72,8 @@ impl Gpu {
 
     // ANCHOR: attention
     /// Causal attention of `n` queries at positions `start_pos..start_pos + n` over keys and
-    /// values of positions `0..start_pos + n`.
+    /// values of positions `0..start_pos + n` (a query at `pos` over the last `window` of them
+    /// when `window` is set: a local layer).
     /// `q`, `out`: `[n, n_heads, head_dim]`; `keys`, `values`: `[start_pos + n, n_kv_heads, head_dim]`
     /// (or more rows: a whole cache layer; rows past `start_pos + n` are never read).
     /// CPU twin: `attention::causal_attention`.
@@ -85,6 +88,7 @@ impl Gpu {
         start_pos: usize,
         heads: Heads,
         version: AttentionVersion,
+        window: Option<usize>,
     ) -> Result<()> {
         let Heads {
             n_heads,
@@ -101,12 +105,13 @@ impl Gpu {
         check("attention values", values.len(), kv_len)?;
         int("attention q size", q_len)?;
         int("attention kv size", kv_len)?;
-        let (n_i, sp_i, nh_i, nkv_i, hd_i) = (
+        let (n_i, sp_i, nh_i, nkv_i, hd_i, w_i) = (
             int("n", n)?,
             int("start_pos", start_pos)?,
             int("n_heads", n_heads)?,
             int("n_kv_heads", n_kv_heads)?,
             int("head_dim", head_dim)?,
+            window_arg(window)?,
         );
         let (f, cfg) =
             match version {
@@ -132,10 +137,16 @@ impl Gpu {
             };
         let mut b = self.stream.launch_builder(f);
         b.arg(out).arg(q).arg(keys).arg(values);
-        b.arg(&n_i).arg(&sp_i).arg(&nh_i).arg(&nkv_i).arg(&hd_i);
+        b.arg(&n_i)
+            .arg(&sp_i)
+            .arg(&nh_i)
+            .arg(&nkv_i)
+            .arg(&hd_i)
+            .arg(&w_i);
         // SAFETY: attention_v{1,2}(out, q, keys, values, n, start_pos, n_heads, n_kv_heads,
-        // head_dim) matches the kernel; it touches q and out below n*n_heads*head_dim, keys and
-        // values below (start_pos+n)*n_kv_heads*head_dim (all checked), reads KV head
+        // head_dim, window) matches the kernel; it touches q and out below n*n_heads*head_dim,
+        // keys and values below (start_pos+n)*n_kv_heads*head_dim (all checked; a window only
+        // raises the first key it reads), reads KV head
         // h / (n_heads / n_kv_heads) < n_kv_heads (divisibility checked), and v2's per-lane
         // arrays hold MAX_HEAD_DIM >= head_dim (checked).
         unsafe { self.launch(&mut b, cfg, "attention") }
@@ -161,17 +172,20 @@ impl Gpu {
         n: usize,
         start_pos: usize,
         heads: Heads,
+        window: Option<usize>,
     ) -> Result<()> {
         let n_blocks = pool_blocks(k_pool, v_pool, block_size, heads)?;
         let ids: Vec<BlockId> = block_table.iter().map(|&b| b as BlockId).collect();
         let mut table = GpuBlockTable::new(self, ids.len(), n_blocks)?;
         table.update(self, &ids)?;
         let pools = (k_pool, v_pool);
-        self.attention_paged_on(out, q, pools, &table, block_size, n, start_pos, heads)
+        let at = (n, start_pos, window);
+        self.attention_paged_on(out, q, pools, &table, block_size, at, heads)
     }
 
     /// [`Gpu::attention_paged`] with the block table already on the GPU (generation keeps
     /// one per sequence, [`GpuBlockTable`], and copies it only when a block joins it).
+    /// `(n, start_pos, window)`: the queries, the first one's position, a local layer's window.
     #[allow(clippy::too_many_arguments)]
     pub fn attention_paged_on(
         &self,
@@ -180,8 +194,7 @@ impl Gpu {
         (k_pool, v_pool): (&CudaView<f32>, &CudaView<f32>),
         table: &GpuBlockTable,
         block_size: usize,
-        n: usize,
-        start_pos: usize,
+        (n, start_pos, window): (usize, usize, Option<usize>),
         heads: Heads,
     ) -> Result<()> {
         let Heads {
@@ -216,13 +229,14 @@ impl Gpu {
         check("paged attention out", out.len(), q_len)?;
         int("paged attention pool size", k_pool.len())?;
         int("paged attention q size", q_len)?;
-        let (bs_i, n_i, sp_i, nh_i, nkv_i, hd_i) = (
+        let (bs_i, n_i, sp_i, nh_i, nkv_i, hd_i, w_i) = (
             int("block_size", block_size)?,
             int("n", n)?,
             int("start_pos", start_pos)?,
             int("n_heads", n_heads)?,
             int("n_kv_heads", n_kv_heads)?,
             int("head_dim", head_dim)?,
+            window_arg(window)?,
         );
         let cfg = LaunchConfig {
             grid_dim: (n_heads as u32, n as u32, 1),
@@ -236,10 +250,11 @@ impl Gpu {
             .arg(&sp_i)
             .arg(&nh_i)
             .arg(&nkv_i)
-            .arg(&hd_i);
+            .arg(&hd_i)
+            .arg(&w_i);
         // SAFETY: attention_paged(out, q, k_pool, v_pool, block_table, block_size, n, start_pos,
-        // n_heads, n_kv_heads, head_dim) matches the kernel. It reads table entries below
-        // (start_pos+n)/block_size+1 <= table.len (checked), each a block id below n_blocks
+        // n_heads, n_kv_heads, head_dim, window) matches the kernel. It reads table entries below
+        // (start_pos+n)/block_size+1 <= table.len (checked; a window only raises the first), each a block id below n_blocks
         // (GpuBlockTable::update checks every id it copies, against this pool's count:
         // checked above), so every pool row it reads is inside k_pool/v_pool (whole blocks,
         // checked); q and out below n*n_heads*head_dim (checked); KV head h / kv_mul <

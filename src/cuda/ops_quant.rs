@@ -4,7 +4,7 @@
 //! `cache::quant::QuantRows` (`--kv int8`), checked in tests/cuda_quant.rs.
 
 use super::gpu::Gpu;
-use super::ops::{check, check_heads, check_nonzero, int};
+use super::ops::{check, check_heads, check_nonzero, int, window_arg};
 use crate::attention::Heads;
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
@@ -27,6 +27,7 @@ impl Gpu {
         n: usize,
         start_pos: usize,
         heads: Heads,
+        window: Option<usize>,
     ) -> Result<()> {
         let Heads {
             n_heads,
@@ -78,9 +79,15 @@ impl Gpu {
             .arg(k_scales)
             .arg(v_codes)
             .arg(v_scales);
-        b.arg(&n_i).arg(&sp_i).arg(&nh_i).arg(&nkv_i).arg(&hd_i);
+        let w_i = window_arg(window)?;
+        b.arg(&n_i)
+            .arg(&sp_i)
+            .arg(&nh_i)
+            .arg(&nkv_i)
+            .arg(&hd_i)
+            .arg(&w_i);
         // SAFETY: attention_int8(out, q, k_codes, k_scales, v_codes, v_scales, n, start_pos,
-        // n_heads, n_kv_heads, head_dim) matches the kernel; it touches q and out below
+        // n_heads, n_kv_heads, head_dim, window) matches the kernel; it touches q and out below
         // n*n_heads*head_dim, codes below (start_pos+n)*n_kv_heads*head_dim, scales below
         // (start_pos+n)*n_kv_heads (all checked), reads KV head h / kv_mul < n_kv_heads
         // (divisibility checked), and its per-lane arrays hold MAX_HEAD_DIM >= head_dim (checked).

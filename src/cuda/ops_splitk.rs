@@ -4,7 +4,7 @@
 //! CPU twin: `attention::causal_attention`.
 
 use super::gpu::Gpu;
-use super::ops::{check, check_heads, check_nonzero, int};
+use super::ops::{check, check_heads, check_nonzero, int, window_arg};
 use crate::attention::Heads;
 use crate::error::{Error, Result};
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
@@ -65,7 +65,8 @@ impl Gpu {
     /// into chunks of [`CHUNK_KEYS`] keys. `pos` is the device copy of `start_pos` the
     /// kernels read (see [`Gpu::rope_kv_append`]). The grid has `ceil(key_rows / CHUNK_KEYS)`
     /// chunks whatever the position, so a graph captured once serves every step; chunks past
-    /// a row's position return at once. CPU twin: `attention::causal_attention`.
+    /// a row's position return at once, and so do chunks wholly below a local layer's
+    /// `window`. CPU twin: `attention::causal_attention`.
     #[allow(clippy::too_many_arguments)]
     pub fn attention_v3(
         &self,
@@ -78,6 +79,7 @@ impl Gpu {
         n: usize,
         heads: Heads,
         scratch: &mut SplitKScratch,
+        window: Option<usize>,
     ) -> Result<()> {
         let Heads {
             n_heads,
@@ -122,6 +124,7 @@ impl Gpu {
             int("key rows", key_rows)?,
             int("splits", splits)?,
         );
+        let w_i = window_arg(window)?;
         let split_cfg = LaunchConfig {
             grid_dim: (n_heads as u32, n as u32, splits as u32),
             block_dim: (128, 1, 1), // WARPS * 32 in attention_splitk.cu
@@ -135,9 +138,10 @@ impl Gpu {
             .arg(&nkv_i)
             .arg(&hd_i)
             .arg(&kr_i)
-            .arg(&sp_i);
+            .arg(&sp_i)
+            .arg(&w_i);
         // SAFETY: attention_v3_split(part_acc, part_ml, q, keys, values, pos, n, n_heads,
-        // n_kv_heads, head_dim, key_rows, n_splits) matches the kernel. Block (h, i, s) reads
+        // n_kv_heads, head_dim, key_rows, n_splits, window) matches the kernel. Block (h, i, s) reads
         // q below n*n_heads*head_dim (checked), keys and values of rows below pos[0]+i+1, which
         // the kernel keeps <= key_rows = the rows the buffers hold (checked), KV head
         // h / kv_mul < n_kv_heads (divisibility checked), and writes part (i*n_heads+h)*splits+s
@@ -151,10 +155,15 @@ impl Gpu {
         };
         let mut b = self.stream.launch_builder(&self.f.attention_v3_combine);
         b.arg(out).arg(&scratch.acc).arg(&scratch.ml).arg(pos);
-        b.arg(&n_i).arg(&nh_i).arg(&hd_i).arg(&kr_i).arg(&sp_i);
+        b.arg(&n_i)
+            .arg(&nh_i)
+            .arg(&hd_i)
+            .arg(&kr_i)
+            .arg(&sp_i)
+            .arg(&w_i);
         // SAFETY: attention_v3_combine(out, part_acc, part_ml, pos, n, n_heads, head_dim,
-        // key_rows, n_splits) matches the kernel; it reads the parts the split kernel wrote
-        // (chunks <= pos/CHUNK < n_splits, of rows < n) and writes out below n*n_heads*head_dim
+        // key_rows, n_splits, window) matches the kernel; it reads the parts the split kernel
+        // wrote (chunks first_key/CHUNK ..= pos/CHUNK < n_splits, of rows < n) and writes out below n*n_heads*head_dim
         // (checked).
         unsafe { self.launch(&mut b, combine_cfg, "attention_v3_combine") }
     }

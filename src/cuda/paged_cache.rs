@@ -158,16 +158,15 @@ impl GpuPagedCache {
         Ok(())
     }
 
-    /// Attention of `n` queries at `start_pos..start_pos + n` over layer `layer`'s blocks.
-    #[allow(clippy::too_many_arguments)]
+    /// Attention of `n` queries at `start_pos..start_pos + n` over layer `layer`'s blocks,
+    /// each over the last `window` positions when the layer is local.
     pub fn attend(
         &self,
         gpu: &Gpu,
         layer: usize,
         out: &mut CudaViewMut<f32>,
         q: &CudaView<f32>,
-        n: usize,
-        start_pos: usize,
+        at: (usize, usize, Option<usize>),
         heads: Heads,
     ) -> Result<()> {
         let layer_floats = self.n_blocks * self.block_size * self.kv_dim;
@@ -181,7 +180,7 @@ impl GpuPagedCache {
             )));
         };
         let bs = self.block_size;
-        gpu.attention_paged_on(out, q, (&k, &v), &self.table, bs, n, start_pos, heads)
+        gpu.attention_paged_on(out, q, (&k, &v), &self.table, bs, at, heads)
     }
 
     /// Marks the `n` prepared positions as written, in every layer.

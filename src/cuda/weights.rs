@@ -111,6 +111,12 @@ pub struct GpuLayer {
     pub w_up: GpuMatrix,
     /// `[hidden, dim]`
     pub w_down: GpuMatrix,
+    /// Gemma 3's QK-norm weights, `[head_dim]` each (absent for Llama).
+    pub q_norm: Option<CudaSlice<f32>>,
+    pub k_norm: Option<CudaSlice<f32>>,
+    /// Gemma 3's sandwich norms of the attention's and the MLP's outputs, `[dim]` each.
+    pub post_attn_norm: Option<CudaSlice<f32>>,
+    pub post_mlp_norm: Option<CudaSlice<f32>>,
 }
 
 /// RoPE's cos and sin for every position the model can reach, computed once on the host
@@ -154,19 +160,15 @@ pub struct GpuWeights {
     pub final_norm: CudaSlice<f32>,
     /// `[dim, vocab]`: like the CPU model, a transposed copy of `embed` when they are tied.
     pub lm_head: GpuMatrix,
+    /// The angles at `rope_theta`: every layer of a Llama, Gemma 3's global layers.
     pub rope: RopeTables,
+    /// Gemma 3's local layers turn at their own base (10,000): a second table.
+    pub rope_local: Option<RopeTables>,
 }
 
 impl GpuWeights {
     pub fn upload(gpu: &Gpu, model: &Model, dtype: GpuDtype) -> Result<GpuWeights> {
         let c: &Config = &model.config;
-        // The kernels build a Llama layer; Gemma 3 needs QK-norm, sandwich norms, GeGLU,
-        // a scaled embedding and windowed attention (issue 21), which they do not have yet.
-        if c.is_gemma3() {
-            return Err(crate::error::Error::InvalidArgument(
-                "the CUDA path runs Llama-family models only: Gemma 3 (QK-norm, sandwich norms, GeGLU, local layers) has no kernels yet; run it with --device cpu".into(),
-            ));
-        }
         let vector = |v: &Array1<f32>| -> Result<CudaSlice<f32>> { gpu.upload(&v.to_vec()) };
         let optional = |v: &Option<Array1<f32>>| v.as_ref().map(vector).transpose();
         let matrix = |m: &Array2<f32>| GpuMatrix::upload(gpu, m, dtype);
@@ -185,15 +187,35 @@ impl GpuWeights {
                 w_gate: matrix(&layer.w_gate)?,
                 w_up: matrix(&layer.w_up)?,
                 w_down: matrix(&layer.w_down)?,
+                q_norm: optional(&layer.q_norm)?,
+                k_norm: optional(&layer.k_norm)?,
+                post_attn_norm: optional(&layer.post_attn_norm)?,
+                post_mlp_norm: optional(&layer.post_mlp_norm)?,
             });
         }
+        let (positions, head_dim) = (c.max_position_embeddings, c.head_dim());
+        // One table per RoPE base the layers use (Config::layer_rope_theta): a second one
+        // only when some layer is local.
+        let (full_theta, local_theta) = c.rope_bases();
+        let local_theta = c.has_local_layers().then_some(local_theta);
         Ok(GpuWeights {
             embed: matrix(&model.embed)?,
             layers,
             final_norm: vector(&model.final_norm)?,
             lm_head: matrix(&model.lm_head)?,
-            rope: RopeTables::new(gpu, c.max_position_embeddings, c.head_dim(), c.rope_theta)?,
+            rope: RopeTables::new(gpu, positions, head_dim, full_theta)?,
+            rope_local: local_theta
+                .map(|theta| RopeTables::new(gpu, positions, head_dim, theta))
+                .transpose()?,
         })
+    }
+
+    /// The RoPE table of layer `layer`: a local layer's base, or the global one.
+    pub fn rope_of(&self, config: &Config, layer: usize) -> &RopeTables {
+        match &self.rope_local {
+            Some(local) if config.layer_window(layer).is_some() => local,
+            _ => &self.rope,
+        }
     }
 
     /// Bytes one decode step reads from weights: every layer matrix, norm and bias, the
@@ -217,6 +239,10 @@ impl GpuWeights {
                     + l.w_gate.bytes()
                     + l.w_up.bytes()
                     + l.w_down.bytes()
+                    + [&l.q_norm, &l.k_norm, &l.post_attn_norm, &l.post_mlp_norm]
+                        .into_iter()
+                        .map(optional)
+                        .sum::<usize>()
             })
             .sum();
         let embed_row = self.embed.cols * bytes_per_value(self.embed.dtype());

@@ -177,7 +177,13 @@ pub fn bench_context(
     let naive_step_ms = ms_since(t);
 
     let kv_dim = c.n_kv_heads() * c.head_dim();
-    let kv_bytes_read = 2 * c.num_hidden_layers * (context + decode_tokens / 2) * kv_dim * 4;
+    // Each step reads K and V of every position a layer's query sees: the whole context
+    // (its middle step's), or a local layer's window (Gemma 3).
+    let seen = context + decode_tokens / 2;
+    let rows_read: usize = (0..c.num_hidden_layers)
+        .map(|l| c.layer_window(l).map_or(seen, |w| w.min(seen)))
+        .sum();
+    let kv_bytes_read = 2 * rows_read * kv_dim * 4;
     let bytes_per_token = model.weights.bytes_read_per_token() + kv_bytes_read;
     let device_tok_s = 1e3 / device_argmax_ms;
     let launch_roof_tok_s = 1e6 / (launches_per_token * launch_latency_us);
@@ -284,7 +290,8 @@ pub struct GpuBenchReport {
 
 /// Measures `model` (uploaded from `cpu`) at every context in `contexts`, once with each
 /// kernel plan ([`PLANS`]: unfused with matmul v1, v2 and v3, fused, fused with CUDA graphs),
-/// against `roof` (measured with `Gpu::measure_roof`).
+/// against `roof` (measured with `Gpu::measure_roof`). A Gemma 3 model runs the unfused
+/// plans only (the fused kernels build a Llama layer: `GpuModel::set_plan`).
 pub fn run(
     model: &mut GpuModel,
     cpu: &Model,
@@ -300,7 +307,8 @@ pub fn run(
     let launch_latency = launch_latency_us(model, 2000)?;
     let saved = (model.matmul, model.attention, model.fused, model.graphs);
     let mut rows = Vec::new();
-    for (matmul, attention, fused, graphs) in PLANS {
+    let gemma = model.config.is_gemma3();
+    for (matmul, attention, fused, graphs) in PLANS.into_iter().filter(|p| !(gemma && p.2)) {
         (model.matmul, model.attention) = (matmul, attention);
         model.set_plan(fused, graphs)?;
         for &context in contexts {

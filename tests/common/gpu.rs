@@ -184,6 +184,35 @@ pub fn small_models() -> Vec<(&'static str, Model)> {
         .collect()
 }
 
+/// Seeded random Gemma 3 models (QK-norm, sandwich norms, GeGLU, a scaled embedding, local
+/// layers with their own RoPE base and a window of 3-6 positions, so that 16-token requests
+/// cross it): MQA with a tiny head, GQA with a head off a warp, and Gemma 3 270M's own layer
+/// shape (dim 640, 4/1 heads of 256, FFN 2048) with 2 layers and a 96-token vocabulary.
+pub fn gemma_models() -> Vec<(&'static str, Model)> {
+    let mut real = Config::gemma3_270m();
+    real.num_hidden_layers = 2;
+    real.gemma.layer_types = Some(kvlab::config::gemma3_layer_types(2, 2)); // local, global
+    real.gemma.sliding_window = Some(6);
+    real.vocab_size = 96;
+    real.max_position_embeddings = 64;
+    let configs = [
+        (
+            "gemma mqa 4/1 hd8 w3",
+            super::tiny_gemma_config(4, 1, 8, 64, 3, &[true, true, false]),
+        ),
+        (
+            "gemma gqa 6/2 hd40 w5",
+            super::tiny_gemma_config(6, 2, 40, 80, 5, &[true, false, true, true]),
+        ),
+        ("gemma 3 270m layer shape, 2 layers, w6", real),
+    ];
+    configs
+        .into_iter()
+        .enumerate()
+        .map(|(seed, (name, config))| (name, Model::random(config, 20 + seed as u64).unwrap()))
+        .collect()
+}
+
 /// The small models, then the SmolLM2-shaped one.
 pub fn with_smollm2<'a>(small: &'a [(&'static str, Model)]) -> Vec<(&'static str, &'a Model)> {
     let mut all: Vec<(&'static str, &'a Model)> = small.iter().map(|(n, m)| (*n, m)).collect();

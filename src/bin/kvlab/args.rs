@@ -24,16 +24,32 @@ use std::sync::Arc;
 /// Where SmolLM2 lands after `bash scripts/fetch-smollm2.sh`.
 pub const DEFAULT_MODEL: &str = "models/smollm2-135m-instruct";
 
-/// Which weights to run: a model folder, or seeded random weights of SmolLM2-135M's shape.
+/// Which weights to run: a model folder, or seeded random weights of a real model's shape.
 #[derive(Args)]
 pub struct ModelArgs {
     /// Model folder (config.json, *.safetensors, tokenizer.json).
     #[arg(long, default_value = DEFAULT_MODEL)]
     pub model: PathBuf,
-    /// Use seeded random weights of SmolLM2-135M's shape instead of --model (same cost;
-    /// no tokenizer: give --prompt-len where a prompt is needed).
+    /// Use seeded random weights of SmolLM2-135M's shape (or --random-shape's) instead of
+    /// --model (same cost; no tokenizer: give --prompt-len where a prompt is needed).
     #[arg(long)]
     pub random_weights: bool,
+    /// The shape of --random-weights: smollm2 (SmolLM2-135M) or gemma3 (Gemma 3 270M, its
+    /// local layers, MQA and QK-norm; what a machine without the model folder can run).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "smollm2",
+        requires = "random_weights"
+    )]
+    pub random_shape: RandomShape,
+}
+
+/// The real models whose shapes `--random-weights` can take.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum RandomShape {
+    Smollm2,
+    Gemma3,
 }
 
 /// A loaded model, its tokenizer (none for random weights) and a name for reports.
@@ -48,10 +64,14 @@ impl ModelArgs {
     /// model folder's tokenizer.
     pub fn load(&self, seed: u64, tokenizer: bool) -> Result<Loaded> {
         if self.random_weights {
+            let (config, name) = match self.random_shape {
+                RandomShape::Smollm2 => (Config::smollm2_135m(), "SmolLM2-135M"),
+                RandomShape::Gemma3 => (Config::gemma3_270m(), "Gemma 3 270M"),
+            };
             return Ok(Loaded {
-                model: Model::random(Config::smollm2_135m(), seed)?,
+                model: Model::random(config, seed)?,
                 tokenizer: None,
-                name: "SmolLM2-135M shape, random weights".into(),
+                name: format!("{name} shape, random weights"),
             });
         }
         if !self.model.is_dir() {

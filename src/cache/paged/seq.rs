@@ -77,17 +77,22 @@ impl PagedSeq<PagedCache> {
 }
 
 impl PagedSeq<PagedCache> {
-    /// One sequence's block tables over a pool of `n_blocks` with no memory behind it: the
+    /// One sequence's block table over a pool of `n_blocks` with no memory behind it: the
     /// blocks are taken, counted and given back exactly as above, but their K and V live
     /// elsewhere. The GPU's paged cache (src/cuda/paged_cache.rs) keeps them in GPU memory
-    /// and asks this pool which block each position goes in.
+    /// and asks this pool which block each position goes in. One table for every layer
+    /// ([`LayerGroups::one`]), since the GPU pool gives every layer the same block ids: a
+    /// model with local layers keeps all their rows there and reads its windows through
+    /// the attention kernel's mask (the plain twin of the CPU's table per layer group).
     pub fn single_counting(
         config: &Config,
         element: KvElement,
         block_size: usize,
         n_blocks: usize,
     ) -> Result<PagedSeq<PagedCache>> {
-        let mut cache = PagedCache::counting_blocks(config, element, block_size, n_blocks)?;
+        let one = LayerGroups::one(config.num_hidden_layers, Retention::Full);
+        let mut cache =
+            PagedCache::with_layer_groups(config, element, one, block_size, n_blocks, false)?;
         let id = cache.add_sequence();
         Ok(PagedSeq { cache, id })
     }
