@@ -46,10 +46,12 @@
 
 #define NEG_INF __int_as_float(0xff800000)
 
+// ANCHOR: first_key
 // The first key a query at `pos` sees: the whole prefix, or the last `window` positions.
 __device__ __forceinline__ int first_key(int pos, int window) {
     return window > 0 ? max(0, pos - window + 1) : 0;
 }
+// ANCHOR_END: first_key
 
 // ---------------------------------------------------------------------------------------------
 // v1: one thread per (query row, head).

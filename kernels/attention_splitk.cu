@@ -59,12 +59,14 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_v3_split(
     int h = blockIdx.x, i = blockIdx.y, s = blockIdx.z;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int position = pos[0] + i;
+    // ANCHOR: split_window
     int lo = first_key(position, window);
     int first = max(s * CHUNK, lo);
     // A chunk outside this row's keys (or a position the buffers do not hold): nothing to
     // do; the combine never reads it.
     if (position < 0 || position >= key_rows || first > position || (s + 1) * CHUNK <= lo) return;
     int last = min((s + 1) * CHUNK, position + 1);  // one past the chunk's last key
+    // ANCHOR_END: split_window
     int kv_dim = n_kv_heads * head_dim;
     int kv_head = h / (n_heads / n_kv_heads);
     const float* q_head = q + ((size_t)i * n_heads + h) * head_dim;
@@ -130,8 +132,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) attention_v3_combine(
     int h = blockIdx.x, i = blockIdx.y;
     int position = pos[0] + i;
     if (position < 0 || position >= key_rows) return;
+    // ANCHOR: combine_window
     int from = first_key(max(position, 0), window) / CHUNK;  // chunks from ..= position / CHUNK
     int used = min(position / CHUNK + 1, n_splits);
+    // ANCHOR_END: combine_window
     size_t first = ((size_t)i * n_heads + h) * n_splits;
     float m_all = NEG_INF;
     for (int s = from; s < used; s++) m_all = fmaxf(m_all, part_ml[(first + s) * 2]);

@@ -25,6 +25,7 @@ extern "C" __global__ void __launch_bounds__(256) swiglu(float* gate, const floa
 // gelu_pytorch_tanh), written in the CPU's order. CPU twin: ops::geglu / ops::gelu_tanh
 // (src/ops.rs); CUDA's tanhf is within 2 ulp of Rust's tanh, so ~1e-7 relative, not bitwise.
 
+// ANCHOR: geglu
 extern "C" __global__ void __launch_bounds__(256) geglu(float* gate, const float* up, int count) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
@@ -32,3 +33,4 @@ extern "C" __global__ void __launch_bounds__(256) geglu(float* gate, const float
     float inner = 0.7978846f * (g + 0.044715f * g * g * g);  // sqrt(2/pi) = 0.7978846 (f32)
     gate[i] = 0.5f * g * (1.0f + tanhf(inner)) * up[i];
 }
+// ANCHOR_END: geglu

@@ -157,6 +157,7 @@ pub(crate) fn attend(
     }
 }
 
+// ANCHOR: add_residual
 /// `x += proj`: a sub-block's output joins the residual stream, normalised first when the
 /// model has a sandwich norm there (Gemma 3's `post_attention_norm`, `post_ffw_norm`).
 fn add_residual(
@@ -178,6 +179,7 @@ fn add_residual(
     };
     gpu.add_inplace(&mut st.x.as_view_mut(), &out.as_view(), n * dim)
 }
+// ANCHOR_END: add_residual
 
 impl GpuModel {
     // ANCHOR: forward
@@ -332,6 +334,7 @@ impl GpuModel {
                     gpu.add_bias(&mut t.as_view_mut(), &b.as_view(), n)?;
                 }
             }
+            // ANCHOR: qk_norm
             // QK-norm (Gemma 3): each head of each row is one RMSNorm row of head_dim.
             if let (Some(q_norm), Some(k_norm)) = (&layer.q_norm, &layer.k_norm) {
                 let q_heads = n * heads.n_heads;
@@ -349,6 +352,7 @@ impl GpuModel {
                 heads,
                 start_pos,
             )?;
+            // ANCHOR_END: qk_norm
             // ANCHOR: kv_sources
             // The only lines where the two paths differ (and, on the cached path, the caches).
             match kv {
