@@ -15,7 +15,6 @@ use crate::cache::window::WindowCache;
 use crate::cache::{CacheKind, KvElement, KvStore};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::mask::Window;
 
 // ANCHOR: contiguous_full
 /// Every position the model will read, reserved up front: all of them in every layer
@@ -50,18 +49,15 @@ pub fn new_policy_store(
             Ok(Box::new(WindowCache::new(config, window, sinks)?))
         }
         KvPolicy::Sliding {
-            window,
-            sinks,
             codes: RowCodes::F32,
-        } => Ok(Box::new(HybridCache::sliding(
-            config,
-            capacity,
-            hybrid::DEFAULT_PASS,
-            Window {
-                size: window,
-                sinks,
-            },
-        )?)),
+            ..
+        } => {
+            let window = policy.window().expect("a sliding policy has a window");
+            let pass = hybrid::DEFAULT_PASS;
+            Ok(Box::new(HybridCache::sliding(
+                config, capacity, pass, window,
+            )?))
+        }
         // Quantized rows under a window: every row kept, the mask hiding the unseen
         // ones (the plain twin; `--cache paged` hands their blocks back).
         KvPolicy::Sliding { .. } => Ok(Box::new(QuantCache::new(config, policy, capacity)?)),

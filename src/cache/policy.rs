@@ -56,6 +56,8 @@ pub enum KvPolicy {
     Sliding {
         window: usize,
         sinks: usize,
+        /// Serialized beside the window: `"codes": "int8"` (and `"group"` for int4).
+        #[serde(flatten)]
         codes: RowCodes,
     },
     /// Heavy-hitter oracle (Zhang et al. 2023): `budget` positions, the `recent` last ones
@@ -294,4 +296,32 @@ fn refuse_combination(name: &str) -> Error {
             .collect::<Vec<_>>()
             .join(", ")
     ))
+}
+
+#[cfg(test)]
+mod serde_tests {
+    use super::*;
+
+    /// A composed policy says its codes beside its window, one level deep.
+    #[test]
+    fn a_window_of_codes_serializes_flat() {
+        let int8 = KvPolicy::Sliding {
+            window: 64,
+            sinks: 4,
+            codes: RowCodes::Int8,
+        };
+        let json = serde_json::to_value(int8).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"policy": "sliding", "window": 64, "sinks": 4, "codes": "int8"})
+        );
+        let int4 = KvPolicy::Sliding {
+            window: 64,
+            sinks: 0,
+            codes: RowCodes::Int4PerToken { group: 16 },
+        };
+        let json = serde_json::to_value(int4).unwrap();
+        assert_eq!(json["codes"], "int4-per-token");
+        assert_eq!(json["group"], 16);
+    }
 }

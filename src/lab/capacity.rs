@@ -22,7 +22,7 @@
 //! twin, one block table for every layer, to show what the groups buy.
 
 use crate::cache::hybrid::DEFAULT_PASS;
-use crate::cache::paged::{LayerGroups, Retention};
+use crate::cache::paged::LayerGroups;
 use crate::cache::{KvElement, KvStore, PagedCache};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -123,11 +123,7 @@ pub fn capacity(
     let paged = paged_fit(pool, requests, live_bytes)?;
     let paged_one_table = match groups.is_hybrid() {
         true => {
-            let one = LayerGroups::one(config.num_hidden_layers, Retention::Full);
-            let bytes = element.bytes_per_token(config) * block_size;
-            let n_blocks = budget_bytes / bytes.max(1);
-            let pool =
-                PagedCache::with_layer_groups(config, element, one, block_size, n_blocks, false)?;
+            let pool = PagedCache::one_table_in_budget(config, element, block_size, budget_bytes)?;
             Some(paged_fit(pool, requests, live_bytes)?)
         }
         false => None,

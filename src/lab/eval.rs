@@ -23,7 +23,6 @@ use crate::cache::{
 };
 use crate::error::{Error, Result};
 use crate::generate::forward_hidden_in_passes;
-use crate::mask::Window;
 use crate::model::{KvSource, Model};
 use crate::simd::WeightElem;
 use ndarray::Array2;
@@ -163,14 +162,10 @@ pub fn eval<E: WeightElem>(model: &Model<E>, ids: &[u32], policy: KvPolicy) -> R
         // One token per pass: a window per query needs a ring of `window` slots, no
         // room for a longer pass (the `window - 1` before the token, and the token).
         KvPolicy::Sliding {
-            window,
-            sinks,
             codes: RowCodes::F32,
+            ..
         } => {
-            let window = Window {
-                size: window,
-                sinks,
-            };
+            let window = policy.window().expect("a sliding policy has a window");
             let ring = HybridCache::sliding(&model.config, n, 1, window)?;
             Some(Box::new(ring) as Box<dyn KvStore>)
         }

@@ -187,8 +187,17 @@ impl BlockPool {
     /// Bytes of one block: K and V of `block_size` positions in every layer of one layer
     /// group (every layer, for a model without local layers), as `element`.
     pub fn block_bytes(config: &Config, element: KvElement, block_size: usize) -> usize {
+        BlockPool::block_bytes_of(config, element, layers_per_block(config), block_size)
+    }
+
+    /// The bytes of a block of `block_size` positions of `layers` layers.
+    pub fn block_bytes_of(
+        config: &Config,
+        element: KvElement,
+        layers: usize,
+        block_size: usize,
+    ) -> usize {
         let kv_dim = config.n_kv_heads() * config.head_dim();
-        let layers = layers_per_block(config);
         block_size * element.bytes_per_token_of(layers, kv_dim)
     }
 

@@ -1,5 +1,5 @@
-//! The paged KV cache: many sequences, one block pool, a block table per sequence
-//! (PagedAttention, Kwon et al. 2023, §4.2-4.4).
+//! The paged KV cache: many sequences, one block pool, a block table per sequence and
+//! layer group (PagedAttention, Kwon et al. 2023, §4.2-4.4).
 //!
 //! A sequence's positions live in fixed-size blocks that need not be adjacent: its
 //! *block table* lists them in order, and position `j` is row `j % block_size` of block
@@ -18,6 +18,10 @@
 //! With prefix caching on ([`prefix`]), full blocks are also named by their
 //! tokens, and a new sequence starts with the blocks of its longest cached prefix.
 //!
+//! A Llama's layers are one group, so a sequence has one table, as above. A model with
+//! local layers (Gemma 3) has a table per layer group ([`groups`], vLLM's hybrid KV cache
+//! manager): a local group's table gives its blocks back as the window slides.
+//!
 //! This file: the pool's sequences, then the write path (`prepare_seq` → `write_seq` →
 //! `advance_seq`, `truncate_seq`), which [`PagedSeq`] (`seq.rs`) exposes as the
 //! [`crate::cache::KvStore`] verbs so the model runs on it unchanged; attention reads
@@ -33,7 +37,7 @@ pub mod retention;
 mod row_io;
 mod seq;
 
-pub use block_pool::{BlockId, BlockPool, HOLE};
+pub use block_pool::{layers_per_block, BlockId, BlockPool, HOLE};
 pub use groups::LayerGroups;
 pub use retention::Retention;
 pub use seq::PagedSeq;
@@ -79,7 +83,7 @@ struct Table {
 }
 // ANCHOR_END: block_table
 
-/// A block pool shared by many sequences, each with its block table.
+/// A block pool shared by many sequences, each with a block table per layer group.
 pub struct PagedCache {
     pool: BlockPool,
     /// `Some` when prefix caching is on.
@@ -139,7 +143,12 @@ impl PagedCache {
         prefix_caching: bool,
     ) -> Result<PagedCache> {
         let pool = BlockPool::with_element(config, element, block_size, n_blocks)?;
-        Ok(PagedCache::with_pool(config, pool, prefix_caching))
+        Ok(PagedCache::with_pool(
+            config,
+            pool,
+            LayerGroups::of(config),
+            prefix_caching,
+        ))
     }
 
     /// The block allocator for a budget, without the memory behind it: for planning
@@ -154,7 +163,12 @@ impl PagedCache {
     ) -> Result<PagedCache> {
         let n_blocks = blocks_in_budget(config, element, block_size, budget_bytes)?;
         let pool = BlockPool::counting_only(config, element, block_size, n_blocks)?;
-        Ok(PagedCache::with_pool(config, pool, prefix_caching))
+        Ok(PagedCache::with_pool(
+            config,
+            pool,
+            LayerGroups::of(config),
+            prefix_caching,
+        ))
     }
 
     /// [`PagedCache::counting_only`] for `n_blocks` blocks rather than a budget in bytes.
@@ -165,7 +179,12 @@ impl PagedCache {
         n_blocks: usize,
     ) -> Result<PagedCache> {
         let pool = BlockPool::counting_only(config, element, block_size, n_blocks)?;
-        Ok(PagedCache::with_pool(config, pool, false))
+        Ok(PagedCache::with_pool(
+            config,
+            pool,
+            LayerGroups::of(config),
+            false,
+        ))
     }
 
     /// A pool of `n_blocks` blocks whose sequences keep one block table per group of
@@ -189,12 +208,31 @@ impl PagedCache {
         }
         let layers = groups.group_size;
         let pool = BlockPool::of_layers(config, element, layers, block_size, n_blocks, storage)?;
-        let mut cache = PagedCache::with_pool(config, pool, false);
-        cache.groups = groups;
-        Ok(cache)
+        Ok(PagedCache::with_pool(config, pool, groups, false))
     }
 
-    fn with_pool(config: &Config, pool: BlockPool, prefix_caching: bool) -> PagedCache {
+    /// The plain twin of a model with local layers, sized by a budget: one block table
+    /// for every layer ([`LayerGroups::one`]), as many blocks of every layer as
+    /// `budget_bytes` holds, counted only (`kvlab capacity` sets it beside the groups).
+    pub fn one_table_in_budget(
+        config: &Config,
+        element: KvElement,
+        block_size: usize,
+        budget_bytes: usize,
+    ) -> Result<PagedCache> {
+        let layers = config.num_hidden_layers;
+        let n_blocks =
+            blocks_of_layers_in_budget(config, element, layers, block_size, budget_bytes)?;
+        let one = LayerGroups::one(layers, Retention::Full);
+        PagedCache::with_layer_groups(config, element, one, block_size, n_blocks, false)
+    }
+
+    fn with_pool(
+        config: &Config,
+        pool: BlockPool,
+        groups: LayerGroups,
+        prefix_caching: bool,
+    ) -> PagedCache {
         let (n_blocks, block_size, element) = (pool.n_blocks(), pool.block_size(), pool.element());
         let kv_dim = config.n_kv_heads() * config.head_dim();
         let row_bytes = element.bytes_per_token_of(1, kv_dim);
@@ -204,7 +242,7 @@ impl PagedCache {
             pool,
             seqs: BTreeMap::new(),
             retention: Retention::Full,
-            groups: LayerGroups::of(config),
+            groups,
             next_id: 0,
             kv_dim,
             block_bytes: block_size * row_bytes * pool_layers,
@@ -760,7 +798,19 @@ pub fn blocks_in_budget(
     block_size: usize,
     budget_bytes: usize,
 ) -> Result<usize> {
-    let block_bytes = BlockPool::block_bytes(config, element, block_size.max(1));
+    let layers = layers_per_block(config);
+    blocks_of_layers_in_budget(config, element, layers, block_size, budget_bytes)
+}
+
+/// [`blocks_in_budget`] for blocks that hold `layers` layers each.
+fn blocks_of_layers_in_budget(
+    config: &Config,
+    element: KvElement,
+    layers: usize,
+    block_size: usize,
+    budget_bytes: usize,
+) -> Result<usize> {
+    let block_bytes = BlockPool::block_bytes_of(config, element, layers, block_size.max(1));
     if budget_bytes < block_bytes {
         return Err(Error::InvalidArgument(format!(
             "a budget of {budget_bytes} bytes is less than one block ({block_size} positions = {block_bytes} bytes): raise --budget or lower --block-size"
