@@ -839,93 +839,51 @@ fn gpu_paged_attention_matches_cpu() {
             gpu.upload(&k_pool).unwrap(),
             gpu.upload(&v_pool).unwrap(),
         );
-        let mut out = gpu.zeros::<f32>(n * n_heads * head_dim).unwrap();
-        gpu.attention_paged(
-            &mut out.as_view_mut(),
-            &qd.as_view(),
-            &kpd.as_view(),
-            &vpd.as_view(),
-            &table,
-            block_size,
-            n,
-            start_pos,
-            heads,
-            None,
-        )
-        .unwrap();
-        let got = gpu.download(&out).unwrap();
-        let what = format!(
-            "paged attention n {n} start {start_pos} heads {n_heads}/{n_kv_heads} head_dim {head_dim} block {block_size}"
-        );
-        assert_close(&what, &got, &cpu, 2e-5);
-
         let (kd, vd) = (gpu.upload(&keys).unwrap(), gpu.upload(&values).unwrap());
-        let mut contiguous = gpu.zeros::<f32>(n * n_heads * head_dim).unwrap();
-        gpu.attention(
-            &mut contiguous.as_view_mut(),
-            &qd.as_view(),
-            &kd.as_view(),
-            &vd.as_view(),
-            n,
-            start_pos,
-            heads,
-            AttentionVersion::V2,
-            None,
-        )
-        .unwrap();
-        assert_eq!(
-            bits(&gpu.download(&contiguous).unwrap()),
-            bits(&got),
-            "{what}: paged and contiguous v2 differ"
-        );
-        // A local layer's window of 5 (Gemma 3): the same two kernels, the same bits, and
-        // the CPU's windowed attention within the tolerance.
-        let window = Some(5);
-        let mut paged = gpu.zeros::<f32>(n * n_heads * head_dim).unwrap();
-        let pools = (&kpd.as_view(), &vpd.as_view());
-        let mut table_dev = kvlab::cuda::GpuBlockTable::new(&gpu, table.len(), n_blocks).unwrap();
-        let ids: Vec<usize> = table.iter().map(|&b| b as usize).collect();
-        table_dev.update(&gpu, &ids).unwrap();
-        let at = (n, start_pos, window);
-        gpu.attention_paged_on(
-            &mut paged.as_view_mut(),
-            &qd.as_view(),
-            pools,
-            &table_dev,
-            block_size,
-            at,
-            heads,
-        )
-        .unwrap();
-        gpu.attention(
-            &mut contiguous.as_view_mut(),
-            &qd.as_view(),
-            &kd.as_view(),
-            &vd.as_view(),
-            n,
-            start_pos,
-            heads,
-            AttentionVersion::V2,
-            window,
-        )
-        .unwrap();
-        let paged = gpu.download(&paged).unwrap();
-        assert_eq!(
-            bits(&gpu.download(&contiguous).unwrap()),
-            bits(&paged),
-            "{what}, window 5: paged and contiguous v2 differ"
-        );
-        let rows = Contiguous::new(&keys, &values, kv_dim);
-        let cpu = attention_observed(
-            &rows,
-            &q,
-            start_pos,
-            heads,
-            window.map(Window::plain),
-            false,
-        )
-        .0;
-        assert_close(&format!("{what}, window 5"), &paged, &cpu, 2e-5);
+        // Every layer's mask, then a local layer's window of 5 (Gemma 3): the CPU twin
+        // through the same paged rows, and the two GPU kernels with the same bits.
+        for window in [None, Some(5)] {
+            let mask = window.map(Window::plain);
+            let cpu = attention_observed(&cpu_rows, &q, start_pos, heads, mask, false).0;
+            let mut out = gpu.zeros::<f32>(n * n_heads * head_dim).unwrap();
+            gpu.attention_paged(
+                &mut out.as_view_mut(),
+                &qd.as_view(),
+                &kpd.as_view(),
+                &vpd.as_view(),
+                &table,
+                block_size,
+                n,
+                start_pos,
+                heads,
+                window,
+            )
+            .unwrap();
+            let got = gpu.download(&out).unwrap();
+            let what = format!(
+                "paged attention n {n} start {start_pos} heads {n_heads}/{n_kv_heads} head_dim {head_dim} block {block_size} window {window:?}"
+            );
+            assert_close(&what, &got, &cpu, 2e-5);
+
+            let mut contiguous = gpu.zeros::<f32>(n * n_heads * head_dim).unwrap();
+            gpu.attention(
+                &mut contiguous.as_view_mut(),
+                &qd.as_view(),
+                &kd.as_view(),
+                &vd.as_view(),
+                n,
+                start_pos,
+                heads,
+                AttentionVersion::V2,
+                window,
+            )
+            .unwrap();
+            assert_eq!(
+                bits(&gpu.download(&contiguous).unwrap()),
+                bits(&got),
+                "{what}: paged and contiguous v2 differ"
+            );
+        }
     }
     // A table that points outside the pool, or is too short, is an error, not a wild read.
     let heads = Heads {
