@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kvlab and llama.cpp on the same machine, the same weights, the same threads, in one
 # interleaved run: prefill 512 and decode (empty and 512 cached) for f32, bf16 and
-# int8 (llama.cpp's Q8_0).
+# int8 (llama.cpp's Q8_0; kvlab runs it as int8, f32 activations, and as w8a8, int8
+# activations as llama.cpp does).
 #
 #   bash scripts/llamacpp-side-by-side.sh
 #
@@ -61,9 +62,9 @@ if [[ -z ${LLAMA_CPP_BIN:-} ]]; then
         [[ -x $CACHE/venv/bin/cmake ]] || { python3 -m venv "$CACHE/venv" && "$CACHE/venv/bin/pip" install -q cmake ninja; }
         src=$CACHE/llama_cpp_python-0.3.36/vendor/llama.cpp
         PATH=$CACHE/venv/bin:$PATH logged "$CACHE/cmake.log" cmake -S "$src" -B "$CACHE/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-            -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF \
+            -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=ON \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
-        PATH=$CACHE/venv/bin:$PATH logged "$CACHE/build.log" cmake --build "$CACHE/build" -j "$(nproc)" --target llama-bench llama-quantize
+        PATH=$CACHE/venv/bin:$PATH logged "$CACHE/build.log" cmake --build "$CACHE/build" -j "$(nproc)" --target llama-bench llama-quantize llama-server
     fi
 fi
 
@@ -74,8 +75,10 @@ done
 
 rm -f "$DATA/llamacpp.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
-    for pair in "f32 F32" "bf16 BF16" "int8 Q8_0"; do
-        read -r dtype gguf_type <<< "$pair"
+    # kvlab runs Q8_0 twice: int8 (f32 activations, the plain twin) and w8a8 (int8
+    # activations: llama.cpp's Q8_0 x Q8_0 arithmetic).
+    for pair in "f32 F32 f32" "bf16 BF16 bf16" "int8 Q8_0 int8 w8a8"; do
+        read -r dtype gguf_type kvlab_dtypes <<< "$pair"
         echo "+ round $round, $dtype: llama-bench, then kvlab bench"
         "$LLAMA_CPP_BIN/llama-bench" -m "$CACHE/smollm2-$gguf_type.gguf" -t "$THREADS" -p 512 -n 64 -d 0,512 -r 3 -o jsonl 2>/dev/null |
             python3 -c 'import json, sys
@@ -83,7 +86,8 @@ for line in sys.stdin:
     r = json.loads(line)
     test = ("prefill 512" if r["n_prompt"] else "decode") + (" @ %d cached" % r["n_depth"] if r["n_depth"] else " (empty)")
     print(json.dumps({"tool": "llama.cpp " + r["build_commit"], "dtype": sys.argv[1], "round": int(sys.argv[2]), "test": test, "tok_s": r["avg_ts"]}))' "$dtype" "$round" >> "$DATA/llamacpp.jsonl"
-        "$KVLAB" bench --model "$MODEL" --prefill 512 --contexts 32,512 --reps 5 --threads "$THREADS" --dtype "$dtype" --json |
+        for kvlab_dtype in $kvlab_dtypes; do
+            "$KVLAB" bench --model "$MODEL" --prefill 512 --contexts 32,512 --reps 5 --threads "$THREADS" --dtype "$kvlab_dtype" --json |
             python3 -c 'import json, sys
 r = json.load(sys.stdin)
 tool = "kvlab " + sys.argv[3]
@@ -91,12 +95,13 @@ rows = [("prefill 512 (empty)", r["prefill"][0]["tok_s"])]
 rows += [("decode (empty)" if s["context"] == 32 else "decode @ %d cached" % s["context"], 1e3 / s["cached_ms"]) for s in r["steps"]]
 for test, tok_s in rows:
     print(json.dumps({"tool": tool, "dtype": sys.argv[1], "round": int(sys.argv[2]), "test": test, "tok_s": tok_s,
-                      "roof_gb_s": r["memory_gb_s"], "machine": r["machine"]}))' "$dtype" "$round" "$(git rev-parse --short HEAD)" >> "$DATA/llamacpp.jsonl"
+                      "roof_gb_s": r["memory_gb_s"], "machine": r["machine"]}))' "$kvlab_dtype" "$round" "$(git rev-parse --short HEAD)" >> "$DATA/llamacpp.jsonl"
+        done
     done
 done
 cat > "$DATA/llamacpp.cmd" <<CMDS
 $LLAMA_CPP_BIN/llama-bench -m smollm2-{F32,BF16,Q8_0}.gguf -t $THREADS -p 512 -n 64 -d 0,512 -r 3 -o jsonl
-kvlab bench --model $MODEL --prefill 512 --contexts 32,512 --reps 5 --threads $THREADS --dtype {f32,bf16,int8} --json
+kvlab bench --model $MODEL --prefill 512 --contexts 32,512 --reps 5 --threads $THREADS --dtype {f32,bf16,int8,w8a8} --json
 CMDS
 "$KVLAB" llamacpp-table --data "$DATA/llamacpp.jsonl" > "$DATA/llamacpp.md"
 cat "$DATA/llamacpp.md"

@@ -14,7 +14,7 @@ use crate::generate::{
     check_request, generate_with, Cached, Decoder, GenerateOptions, Generation, Naive, PathKind,
 };
 use crate::model::Model;
-use crate::simd::{Q8Block, WeightElem, PANEL};
+use crate::simd::{Q8Block, W8a8Block, WeightElem, PANEL};
 use crate::weights::CpuWeights;
 use half::bf16;
 
@@ -111,6 +111,8 @@ pub enum Backend<'a> {
     CpuBf16Panels(Box<Model<[bf16; PANEL]>>),
     /// int8 weights (Q8_0 blocks): the loaded model quantized once (`Model::to_int8`).
     CpuInt8(Box<Model<Q8Block>>),
+    /// int8 weights times int8 activations (`Model::to_w8a8`, `simd::w8a8`).
+    CpuW8a8(Box<Model<W8a8Block>>),
     /// The reference core (`src/textbook.rs`): one thread, f32 rows, nothing optimised;
     /// the engine's bits, slower (`--impl textbook`).
     Textbook(&'a Model),
@@ -133,6 +135,7 @@ impl<'a> Backend<'a> {
             CpuWeights::Bf16Rows(half) => Backend::CpuBf16(Box::new(half)),
             CpuWeights::Bf16Panels(panels) => Backend::CpuBf16Panels(Box::new(panels)),
             CpuWeights::Int8(blocks) => Backend::CpuInt8(Box::new(blocks)),
+            CpuWeights::W8a8(blocks) => Backend::CpuW8a8(Box::new(blocks)),
         })
     }
 
@@ -184,6 +187,7 @@ impl<'a> Backend<'a> {
                 cpu_decoder(model, path, layout, prompt_len, max_new_tokens)
             }
             Backend::CpuInt8(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
+            Backend::CpuW8a8(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
             Backend::Textbook(model) => {
                 if layout != CacheLayout::default() {
                     return Err(crate::error::Error::InvalidArgument(
@@ -258,6 +262,7 @@ impl<'a> Backend<'a> {
             | Backend::CpuBf16(_)
             | Backend::CpuBf16Panels(_)
             | Backend::CpuInt8(_)
+            | Backend::CpuW8a8(_)
             | Backend::Textbook(_)
             | Backend::Learner(_) => Device::Cpu,
             #[cfg(feature = "cuda")]
@@ -273,6 +278,7 @@ impl<'a> Backend<'a> {
             Backend::CpuBf16(_) => cpu_describe("bf16"),
             Backend::CpuBf16Panels(_) => cpu_describe("bf16 in panels"),
             Backend::CpuInt8(_) => cpu_describe("int8"),
+            Backend::CpuW8a8(_) => cpu_describe("int8 weights x int8 activations (w8a8)"),
             Backend::Textbook(_) => {
                 "cpu (1 thread, f32, the textbook core: src/textbook.rs)".into()
             }

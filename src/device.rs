@@ -43,6 +43,9 @@ pub enum WeightDtype {
     Bf16,
     /// int8 blocks with a scale per 32 inputs (Q8_0, `Model::to_int8`): 1.125 bytes a weight.
     Int8,
+    /// The int8 blocks with the activations quantized to int8 too, per row in blocks of
+    /// 32: integer dot products (`Model::to_w8a8`). Not int8's bits: a different model.
+    W8a8,
 }
 
 /// How f32 and bf16 weight matrices lie in memory on the CPU (int8 blocks have their
@@ -74,6 +77,7 @@ impl WeightDtype {
             WeightDtype::F32 => "f32",
             WeightDtype::Bf16 => "bf16",
             WeightDtype::Int8 => "int8",
+            WeightDtype::W8a8 => "w8a8",
         }
     }
 }

@@ -109,7 +109,7 @@ pub fn matmuls_on<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, jobs: Vec<(&[
     if n == 0 {
         return;
     }
-    if n < PACKED_MIN_ROWS {
+    if n < PACKED_MIN_ROWS || !W::PACKS {
         by_strips(isa, x, d_in, jobs);
     } else {
         for (w, out) in jobs {
@@ -151,12 +151,14 @@ fn by_strips<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, mut jobs: Vec<(&[W
         }
     }
     let weights: Vec<(&[W], usize)> = jobs.iter().map(|(w, out)| (*w, out.len() / n)).collect();
+    // Once for every strip (W8A8 quantizes the activations here; the others borrow them).
+    let input = W::prepare(x, d_in);
     let sums: Vec<Vec<f32>> = strips
         .par_iter()
         .map(|&(job, j0, width)| {
             let (w, d_out) = weights[job];
             let mut sums = vec![0.0f32; n * width]; // [n, width]
-            isa.strip(x, d_in, w, d_out, j0, &mut sums);
+            W::strip(isa, &input, d_in, w, d_out, j0, &mut sums);
             sums
         })
         .collect();

@@ -15,6 +15,7 @@ use crate::device::{WeightDtype, WeightLayout};
 use crate::error::{Error, Result};
 use crate::model::{Layer, Model};
 use crate::simd::q8::{self, Q8Block};
+use crate::simd::W8a8Block;
 use crate::simd::{Scalar, WeightElem, PANEL};
 use half::bf16;
 use ndarray::{Array1, Array2};
@@ -60,6 +61,24 @@ impl Model {
         Ok(int8)
     }
 }
+
+// ANCHOR: to_w8a8
+impl Model {
+    /// The int8 model ([`Model::to_int8`], the same codes and scales) with each block's
+    /// codes reordered for integer dot products: its matmuls quantize their activations
+    /// and multiply codes by codes (`simd::w8a8`). Not the int8 model's bits: its
+    /// activations are rounded to 8 bits (`kvlab eval --dtype w8a8` says by how much).
+    pub fn to_w8a8(&self) -> Result<Model<W8a8Block>> {
+        let int8 = self.to_int8().map_err(|e| match e {
+            Error::InvalidArgument(m) => {
+                Error::InvalidArgument(m.replacen("--dtype int8", "--dtype w8a8", 1))
+            }
+            e => e,
+        })?;
+        int8.map_matrices(|w, _| Ok(w.mapv(|block| W8a8Block::from_q8(&block))))
+    }
+}
+// ANCHOR_END: to_w8a8
 
 impl Model<Q8Block> {
     /// The plain twin: the f32 model whose weights are this model's exact int8 values.
@@ -176,6 +195,8 @@ pub enum CpuWeights<'a> {
     Bf16Panels(Model<[bf16; PANEL]>),
     /// Q8_0 blocks, their own layout whatever `--layout` says.
     Int8(Model<Q8Block>),
+    /// Q8_0 blocks for integer dot products, activations quantized too.
+    W8a8(Model<W8a8Block>),
 }
 
 impl<'a> CpuWeights<'a> {
@@ -201,6 +222,7 @@ impl<'a> CpuWeights<'a> {
                 }
             }
             WeightDtype::Int8 => CpuWeights::Int8(model.to_int8()?),
+            WeightDtype::W8a8 => CpuWeights::W8a8(model.to_w8a8()?),
         })
     }
 
@@ -213,6 +235,7 @@ impl<'a> CpuWeights<'a> {
             CpuWeights::Bf16Rows(model) => job.run(model),
             CpuWeights::Bf16Panels(model) => job.run(model),
             CpuWeights::Int8(model) => job.run(model),
+            CpuWeights::W8a8(model) => job.run(model),
         }
     }
 }

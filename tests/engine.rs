@@ -349,12 +349,13 @@ fn serves_every_request_its_solo_bits(
 
 /// The weight formats `kvlab serve --dtype --layout` offers, each with the model that
 /// `generate --dtype --layout` would run: int8 blocks have one layout of their own.
-const FORMATS: [(WeightDtype, WeightLayout); 5] = [
+const FORMATS: [(WeightDtype, WeightLayout); 6] = [
     (WeightDtype::F32, WeightLayout::Rows),
     (WeightDtype::F32, WeightLayout::Panels),
     (WeightDtype::Bf16, WeightLayout::Rows),
     (WeightDtype::Bf16, WeightLayout::Panels),
     (WeightDtype::Int8, WeightLayout::Panels),
+    (WeightDtype::W8a8, WeightLayout::Panels),
 ];
 
 /// `model`'s twin in `format`, as `generate` converts it, and the engine's weights made
@@ -371,6 +372,7 @@ fn in_format<T>(
     let served = batch_model(model.clone(), dtype, layout).unwrap();
     let expected_name = match (dtype, layout) {
         (WeightDtype::Int8, _) => "int8 blocks".to_string(),
+        (WeightDtype::W8a8, _) => "w8a8 blocks".to_string(),
         (d, l) => format!("{} in {}", d.name(), l.name()),
     };
     assert_eq!(served.weights(), expected_name);
@@ -392,6 +394,10 @@ fn in_format<T>(
         }
         (WeightDtype::Int8, _) => {
             let twin = model.to_int8().unwrap();
+            check(&|r, kv| solo_with(&twin, r, kv), served)
+        }
+        (WeightDtype::W8a8, _) => {
+            let twin = model.to_w8a8().unwrap();
             check(&|r, kv| solo_with(&twin, r, kv), served)
         }
     }
@@ -774,6 +780,13 @@ fn real_model_int8_weights_with_int8_blocks_under_a_window_equal_solo_generate()
 #[test]
 fn real_model_int8_weights_equal_solo_generate() {
     eight_concurrent_requests_equal_solo(KvPolicy::Full, (WeightDtype::Int8, WeightLayout::Panels));
+}
+
+/// int8 weights times int8 activations, with an int8 pool: `generate --dtype w8a8 --kv
+/// int8` alone. Quantizing the activations changes the model, never batch invariance.
+#[test]
+fn real_model_w8a8_with_int8_blocks_equal_solo_generate() {
+    eight_concurrent_requests_equal_solo(KvPolicy::Int8, (WeightDtype::W8a8, WeightLayout::Panels));
 }
 
 fn eight_concurrent_requests_equal_solo(kv: KvPolicy, format: (WeightDtype, WeightLayout)) {

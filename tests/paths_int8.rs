@@ -6,51 +6,16 @@
 
 mod common;
 
-use common::{bits, cached_step_logits, naive_step_logits, tiny_config};
-use kvlab::{Config, Model};
+use common::{bits, block_config_strategy, cached_step_logits, naive_step_logits, tiny_config};
+use kvlab::Model;
 use proptest::prelude::*;
-
-/// Shapes whose every matrix splits into int8 blocks: the hidden size and the MLP's a
-/// multiple of 32 (a block's inputs), every output width a multiple of 16 (its columns).
-fn config_strategy() -> impl Strategy<Value = Config> {
-    (
-        1usize..=2,
-        1usize..=3,
-        1usize..=3,
-        1usize..=2,
-        2usize..=20,
-        any::<bool>(),
-        any::<bool>(),
-    )
-        .prop_map(
-            |(layers, n_kv_heads, group, half_head, vocab_blocks, tied, bias)| {
-                let head_dim = 16 * half_head;
-                // hidden = n_heads x head_dim must be a multiple of 32.
-                let group = if (n_kv_heads * group * half_head) % 2 == 1 {
-                    2 * group
-                } else {
-                    group
-                };
-                let mut c = tiny_config(
-                    layers,
-                    n_kv_heads * group,
-                    n_kv_heads,
-                    head_dim,
-                    16 * vocab_blocks,
-                );
-                c.tie_word_embeddings = tied;
-                c.attention_bias = bias;
-                c
-            },
-        )
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
     #[test]
     fn naive_and_cached_logits_are_bitwise_equal_in_int8(
-        (config, prompt, continuation) in config_strategy().prop_flat_map(|c| {
+        (config, prompt, continuation) in block_config_strategy().prop_flat_map(|c| {
             let v = c.vocab_size as u32;
             (
                 Just(c),

@@ -1,5 +1,6 @@
 //! int8 weights on the real model (SmolLM2-135M-Instruct): how far do Q8_0 blocks move
-//! the logits from f32, which greedy tokens change, and does naive == cached hold?
+//! the logits from f32 (with f32 activations, `--dtype int8`, and with int8 ones,
+//! `--dtype w8a8`), which greedy tokens change, and does naive == cached hold?
 //!
 //! For each reference prompt (tests/fixtures), teacher-forced on the reference greedy
 //! tokens: the f32 and int8 models' logits at every step, their largest absolute
@@ -60,7 +61,41 @@ fn greedy<E: WeightElem>(m: &Model<E>, prompt: &[u32], n: usize) -> Vec<u32> {
 #[test]
 fn int8_logits_stay_close_to_f32_and_paths_stay_bitwise_equal() {
     let Some(f32_model) = model() else { return };
-    let int8_model = f32_model.to_int8().unwrap();
+    let (agree, steps, max_diff) = close_to_f32(&f32_model, &f32_model.to_int8().unwrap(), "int8");
+    // Q8_0 moves each weight by at most half a step, 1/254 of its block's largest: the
+    // same order as bf16's 2^-9 relative, and held to the same bounds as bf16.
+    assert!(
+        agree * 10 >= steps * 9,
+        "top-1 agreement {agree}/{steps} < 90%"
+    );
+    assert!(max_diff < 2.0, "max logit difference {max_diff}");
+}
+
+/// W8A8 (`--dtype w8a8`): the int8 weights, and every matmul's activations rounded to
+/// Q8_0 too: a second rounding of the same relative size (half a step of a 32-value
+/// block's largest) at the other input of every product. The two errors add, so the
+/// logits are held to twice int8's bound on their largest difference (on this machine
+/// int8 moved them by 1.21 at most, W8A8 by 2.02: the int8 bound alone would not hold),
+/// and to int8's top-1 agreement; naive == cached stays bitwise.
+#[test]
+fn w8a8_logits_stay_close_to_f32_and_paths_stay_bitwise_equal() {
+    let Some(f32_model) = model() else { return };
+    let (agree, steps, max_diff) = close_to_f32(&f32_model, &f32_model.to_w8a8().unwrap(), "w8a8");
+    assert!(
+        agree * 10 >= steps * 9,
+        "top-1 agreement {agree}/{steps} < 90%"
+    );
+    assert!(max_diff < 2.0 * 2.0, "max logit difference {max_diff}");
+}
+
+/// `other` (a format of `f32_model`) teacher-forced on every reference case against f32:
+/// `(top-1 agreements, steps, max |logit difference|)`, after checking that naive ==
+/// cached within `other` and printing how long its own greedy run follows the reference.
+fn close_to_f32<E: WeightElem>(
+    f32_model: &Model,
+    int8_model: &Model<E>,
+    name: &str,
+) -> (usize, usize, f32) {
     let (mut steps, mut agree, mut max_diff) = (0usize, 0usize, 0.0f32);
     let (mut same_greedy, mut greedy_tokens) = (0usize, 0usize);
     for case in fixture()["cases"].as_array().unwrap() {
@@ -69,7 +104,7 @@ fn int8_logits_stay_close_to_f32_and_paths_stay_bitwise_equal() {
         let reference = ids(&case["greedy_ids"]);
         let forced_tokens = &reference[..reference.len() - 1];
         let a = forced(&f32_model, &prompt, forced_tokens);
-        let b = forced(&int8_model, &prompt, forced_tokens);
+        let b = forced(int8_model, &prompt, forced_tokens);
         let mut case_agree = 0;
         for (la, lb) in a.iter().zip(&b) {
             steps += 1;
@@ -82,7 +117,7 @@ fn int8_logits_stay_close_to_f32_and_paths_stay_bitwise_equal() {
             }
         }
         // Free-running: the int8 model's own greedy tokens against the reference's.
-        let own = greedy(&int8_model, &prompt, reference.len());
+        let own = greedy(int8_model, &prompt, reference.len());
         let first_change = own.iter().zip(&reference).position(|(x, y)| x != y);
         greedy_tokens += reference.len();
         same_greedy += first_change.unwrap_or(reference.len());
@@ -102,20 +137,14 @@ fn int8_logits_stay_close_to_f32_and_paths_stay_bitwise_equal() {
         assert_eq!(
             bits(&naive),
             bits(b.last().unwrap()),
-            "naive != cached in int8"
+            "naive != cached in {name}"
         );
     }
     eprintln!(
-        "int8 vs f32: top-1 agreement {agree}/{steps}, max |logit difference| {max_diff:.3}; \
+        "{name} vs f32: top-1 agreement {agree}/{steps}, max |logit difference| {max_diff:.3}; \
          greedy tokens before the first change: {same_greedy}/{greedy_tokens}"
     );
-    // Q8_0 moves each weight by at most half a step, 1/254 of its block's largest: the
-    // same order as bf16's 2^-9 relative, and held to the same bounds as bf16.
-    assert!(
-        agree * 10 >= steps * 9,
-        "top-1 agreement {agree}/{steps} < 90%"
-    );
-    assert!(max_diff < 2.0, "max logit difference {max_diff}");
+    (agree, steps, max_diff)
 }
 
 /// `kvlab generate --json` on the real model with `--dtype`: (generated ids, text).
@@ -139,19 +168,28 @@ fn cli_generate(dtype: &str, prompt: &str) -> (Vec<u32>, String) {
 
 #[test]
 fn cli_int8_answers_the_question() {
+    cli_answers_the_question("int8");
+}
+
+#[test]
+fn cli_w8a8_answers_the_question() {
+    cli_answers_the_question("w8a8");
+}
+
+fn cli_answers_the_question(dtype: &str) {
     if model().is_none() {
         return;
     }
     let prompt = "What is the capital of France?";
     let (f32_ids, f32_text) = cli_generate("f32", prompt);
-    let (int8_ids, int8_text) = cli_generate("int8", prompt);
+    let (int8_ids, int8_text) = cli_generate(dtype, prompt);
     let same = int8_ids
         .iter()
         .zip(&f32_ids)
         .take_while(|(a, b)| a == b)
         .count();
     eprintln!(
-        "int8: {int8_text:?}\nf32:  {f32_text:?}\n{same} of {} int8 tokens as f32's {}",
+        "{dtype}: {int8_text:?}\nf32:  {f32_text:?}\n{same} of {} {dtype} tokens as f32's {}",
         int8_ids.len(),
         f32_ids.len()
     );

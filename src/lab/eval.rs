@@ -81,12 +81,12 @@ fn argmax(logits: &[f32]) -> usize {
 /// Rows whose logits one LM-head matmul computes. The head is the largest matrix (Gemma 3:
 /// 262,144 x 640, 671 MB in f32): row by row, a 2,000-token text would stream it 2,000
 /// times; in chunks, once per chunk. A chunk's logits, `[64, vocab]`, are 64 MiB for Gemma 3.
-const HEAD_ROWS: usize = 64;
+pub(super) const HEAD_ROWS: usize = 64;
 
 /// The logits of the first `rows` rows of `hidden` (`[n, dim]`), a chunk of [`HEAD_ROWS`]
 /// at a time: `(first row, [chunk, vocab])`. Row by row they are [`Model::logits`]'s, bit
 /// for bit (row-independent kernels, `src/ops.rs`).
-fn head_chunks<'a, E: WeightElem>(
+pub(super) fn head_chunks<'a, E: WeightElem>(
     model: &'a Model<E>,
     hidden: &'a [f32],
     rows: usize,
@@ -100,18 +100,18 @@ fn head_chunks<'a, E: WeightElem>(
 
 /// Accumulates the per-position figures.
 #[derive(Default)]
-struct Totals {
-    nll: f64,
-    full_nll: f64,
-    agree: usize,
-    kl: f64,
-    max_kl: f64,
-    n: usize,
+pub(super) struct Totals {
+    pub nll: f64,
+    pub full_nll: f64,
+    pub agree: usize,
+    pub kl: f64,
+    pub max_kl: f64,
+    pub n: usize,
 }
 
 impl Totals {
     /// One position: the full cache's logits, the policy's, and the true next token.
-    fn add(&mut self, full: &[f32], policy: &[f32], next: u32) -> Result<()> {
+    pub fn add(&mut self, full: &[f32], policy: &[f32], next: u32) -> Result<()> {
         let (log_p, log_q) = (log_softmax(full), log_softmax(policy));
         let next = next as usize;
         let kl: f64 = log_p

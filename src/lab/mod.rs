@@ -19,6 +19,7 @@
 //! | [`cache_bench`] | `kvlab bench-cache` | paged-attention.md, prefix-caching.md |
 //! | [`gqa`] | `kvlab gqa` | gqa.md |
 //! | [`eval`] | `kvlab eval`, `kvlab eval-table` | kv-quantization.md, eviction.md |
+//! | [`eval_weights`] | `kvlab eval --dtype` | weight-formats.md, making-decode-fast.md |
 //! | [`evict_speed`] | `kvlab evict-speed` | eviction.md |
 //! | [`kv_bench`] | `kvlab bench-kv` | kv-quantization.md |
 //! | [`batching`] | `kvlab bench-batch` | scheduling.md |
@@ -39,6 +40,7 @@ pub mod disagg;
 pub mod engine_load;
 pub mod engine_speculation;
 pub mod eval;
+pub mod eval_weights;
 pub mod evict_speed;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;

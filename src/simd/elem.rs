@@ -33,15 +33,28 @@ pub trait WeightElem: Copy + Send + Sync + 'static {
     /// How the elements lie in memory: rows (`[d_in, d_out]`, row after row) or panels
     /// (`[d_out / 32, d_in]` of 32 columns: see the impl for `[S; PANEL]`).
     const LAYOUT: WeightLayout = WeightLayout::Rows;
+    /// Whether prefill may widen this format into f32 panels and run the f32 register tile
+    /// (`ops::by_panels`): true for every format whose arithmetic is f32, false for W8A8,
+    /// whose every row (prefill's or decode's) must take the same integer dot products.
+    const PACKS: bool = true;
+
+    /// The activations `x` (`[n, d_in]`) as this format's strips read them: the f32 rows
+    /// themselves, or for W8A8 their int8 codes, made once per matmul and shared by
+    /// every strip and thread ([`super::w8a8::Q8Rows`]).
+    type Input<'a>: Sync;
+
+    /// `x` (`[n, d_in]`) made into [`WeightElem::Input`].
+    fn prepare(x: &[f32], d_in: usize) -> Self::Input<'_>;
 
     /// `dst[c]` = the exact f32 value of weight `[k][j0 + c]` of the `[d_in, d_out]`
     /// matrix stored in `w` (prefill packs its panels with this).
     fn widen_row(w: &[Self], d_out: usize, k: usize, j0: usize, dst: &mut [f32]);
 
-    /// The decode strip of [`Isa::strip`] for this format (shapes already checked).
+    /// The decode strip of [`Isa::strip`] for this format (shapes already checked), on
+    /// the activations as [`WeightElem::prepare`] made them.
     fn strip(
         isa: Isa,
-        x: &[f32],
+        x: &Self::Input<'_>,
         d_in: usize,
         w: &[Self],
         d_out: usize,

@@ -5,11 +5,17 @@
 use super::elem::{Scalar, WeightElem, PANEL};
 use super::isa::Isa;
 use super::q8::{Q8Block, Q8_COLS, Q8_ROWS};
+use super::w8a8::{self, Kernel, Q8Rows, W8a8Block};
 use crate::device::WeightLayout;
 
 /// Every one-number format is a weight format: widen in place, run the scalar strip.
 impl<S: Scalar> WeightElem for S {
     const NAME: &'static str = <S as Scalar>::NAME;
+    type Input<'a> = &'a [f32];
+
+    fn prepare(x: &[f32], _d_in: usize) -> &[f32] {
+        x
+    }
 
     fn widen_row(w: &[S], d_out: usize, k: usize, j0: usize, dst: &mut [f32]) {
         for (d, &src) in dst.iter_mut().zip(&w[k * d_out + j0..]) {
@@ -17,7 +23,8 @@ impl<S: Scalar> WeightElem for S {
         }
     }
 
-    fn strip(isa: Isa, x: &[f32], d_in: usize, w: &[S], d_out: usize, j0: usize, out: &mut [f32]) {
+    fn strip(isa: Isa, x: &&[f32], d_in: usize, w: &[S], d_out: usize, j0: usize, out: &mut [f32]) {
+        let x: &[f32] = x;
         match isa {
             // SAFETY: `Isa::Avx512` is only handed out by `Isa::available()` after
             // `is_x86_feature_detected!("avx512f")` said yes on this CPU.
@@ -49,6 +56,11 @@ impl<S: Scalar> WeightElem for [S; PANEL] {
     const NAME: &'static str = <S as Scalar>::NAME;
     const BLOCK_COLS: usize = PANEL;
     const LAYOUT: WeightLayout = WeightLayout::Panels;
+    type Input<'a> = &'a [f32];
+
+    fn prepare(x: &[f32], _d_in: usize) -> &[f32] {
+        x
+    }
 
     fn widen_row(w: &[Self], d_out: usize, k: usize, j0: usize, dst: &mut [f32]) {
         let d_in = w.len() * PANEL / d_out;
@@ -60,13 +72,14 @@ impl<S: Scalar> WeightElem for [S; PANEL] {
 
     fn strip(
         isa: Isa,
-        x: &[f32],
+        x: &&[f32],
         d_in: usize,
         w: &[Self],
         d_out: usize,
         j0: usize,
         out: &mut [f32],
     ) {
+        let x: &[f32] = x;
         let n = x.len() / d_in;
         let width = out.len() / n;
         assert!(
@@ -113,6 +126,11 @@ impl WeightElem for Q8Block {
     const NAME: &'static str = "int8";
     const BLOCK_ROWS: usize = Q8_ROWS;
     const BLOCK_COLS: usize = Q8_COLS;
+    type Input<'a> = &'a [f32];
+
+    fn prepare(x: &[f32], _d_in: usize) -> &[f32] {
+        x
+    }
 
     fn widen_row(w: &[Q8Block], d_out: usize, k: usize, j0: usize, dst: &mut [f32]) {
         let row = &w[k / Q8_ROWS * (d_out / Q8_COLS)..][..d_out / Q8_COLS];
@@ -124,13 +142,14 @@ impl WeightElem for Q8Block {
 
     fn strip(
         isa: Isa,
-        x: &[f32],
+        x: &&[f32],
         d_in: usize,
         w: &[Q8Block],
         d_out: usize,
         j0: usize,
         out: &mut [f32],
     ) {
+        let x: &[f32] = x;
         let width = out.len() / (x.len() / d_in);
         assert!(
             d_in.is_multiple_of(Q8_ROWS)
@@ -151,3 +170,41 @@ impl WeightElem for Q8Block {
         }
     }
 }
+
+// ANCHOR: w8a8_elem
+/// The W8A8 format (`w8a8.rs`): int8 blocks whose strips quantize the activations once
+/// per matmul ([`WeightElem::prepare`]) and take integer dot products. Never packed into
+/// f32 panels: prefill's rows take the same dot products as decode's, or naive == cached
+/// would no longer hold bit for bit.
+impl WeightElem for W8a8Block {
+    const NAME: &'static str = "w8a8";
+    const BLOCK_ROWS: usize = Q8_ROWS;
+    const BLOCK_COLS: usize = Q8_COLS;
+    const PACKS: bool = false;
+    type Input<'a> = Q8Rows;
+
+    fn prepare(x: &[f32], d_in: usize) -> Q8Rows {
+        w8a8::quantize_rows(x, d_in)
+    }
+
+    fn widen_row(w: &[W8a8Block], d_out: usize, k: usize, j0: usize, dst: &mut [f32]) {
+        let row = &w[k / Q8_ROWS * (d_out / Q8_COLS)..][..d_out / Q8_COLS];
+        for (c, d) in dst.iter_mut().enumerate() {
+            let j = j0 + c;
+            *d = row[j / Q8_COLS].weight(k % Q8_ROWS, j % Q8_COLS);
+        }
+    }
+
+    fn strip(
+        isa: Isa,
+        x: &Q8Rows,
+        _d_in: usize,
+        w: &[W8a8Block],
+        d_out: usize,
+        j0: usize,
+        out: &mut [f32],
+    ) {
+        Kernel::of(isa).strip(x, w, d_out, j0, out);
+    }
+}
+// ANCHOR_END: w8a8_elem

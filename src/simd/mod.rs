@@ -32,10 +32,14 @@ mod formats;
 mod isa;
 pub mod portable;
 pub mod q8;
+pub mod w8a8;
+#[cfg(target_arch = "x86_64")]
+mod w8a8_x86;
 
 pub use elem::{Scalar, WeightElem, PANEL};
 pub use isa::Isa;
 pub use q8::Q8Block;
+pub use w8a8::W8a8Block;
 
 // The dispatch: which version of each kernel runs on `self`. It lives here, above the
 // three versions, because each of them reads the formats of `elem.rs` and none of them
@@ -96,7 +100,7 @@ impl Isa {
             "w is not [d_in, d_out]"
         );
         assert!(out.len().is_multiple_of(n) && j0 + out.len() / n <= d_out);
-        W::strip(self, x, d_in, w, d_out, j0, out);
+        W::strip(self, &W::prepare(x, d_in), d_in, w, d_out, j0, out);
     }
 }
 

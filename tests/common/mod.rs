@@ -150,8 +150,8 @@ pub fn naive_step_logits<E: WeightElem>(
 /// paged pool (prefix-cached or not) in random groups of random chunks drawn from `rng`,
 /// and every chunk's last-row logits must be, bit for bit, what the sequence gets alone at
 /// that position; the pool's invariants hold after every pass.
-pub fn batched_equals_solo(
-    model: &Model,
+pub fn batched_equals_solo<E: WeightElem>(
+    model: &Model<E>,
     seqs: &[Vec<u32>],
     block_size: usize,
     prefix_caching: bool,
@@ -225,4 +225,40 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
         .iter()
         .map(|x| x.as_u64().expect("a token id") as u32)
         .collect()
+}
+
+/// Shapes whose every matrix splits into int8 blocks: the hidden size and the MLP's a
+/// multiple of 32 (a block's inputs), every output width a multiple of 16 (its columns).
+pub fn block_config_strategy() -> impl proptest::strategy::Strategy<Value = kvlab::Config> {
+    use proptest::prelude::*;
+    (
+        1usize..=2,
+        1usize..=3,
+        1usize..=3,
+        1usize..=2,
+        2usize..=20,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(layers, n_kv_heads, group, half_head, vocab_blocks, tied, bias)| {
+                let head_dim = 16 * half_head;
+                // hidden = n_heads x head_dim must be a multiple of 32.
+                let group = if (n_kv_heads * group * half_head) % 2 == 1 {
+                    2 * group
+                } else {
+                    group
+                };
+                let mut c = tiny_config(
+                    layers,
+                    n_kv_heads * group,
+                    n_kv_heads,
+                    head_dim,
+                    16 * vocab_blocks,
+                );
+                c.tie_word_embeddings = tied;
+                c.attention_bias = bias;
+                c
+            },
+        )
 }

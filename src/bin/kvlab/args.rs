@@ -258,8 +258,8 @@ impl DtypeArgs {
     /// The layout, default panels; `--layout` with int8 is refused (its blocks have one).
     pub fn layout(&self) -> Result<WeightLayout> {
         match (self.dtype(), self.layout) {
-            (WeightDtype::Int8, Some(_)) => Err(Error::InvalidArgument(
-                "--layout applies to f32 and bf16 weights: int8 blocks have their own layout, drop --layout".into(),
+            (WeightDtype::Int8 | WeightDtype::W8a8, Some(_)) => Err(Error::InvalidArgument(
+                "--layout applies to f32 and bf16 weights: int8 and w8a8 blocks have their own layout, drop --layout".into(),
             )),
             (_, Some(WeightLayoutArg::Rows)) => Ok(WeightLayout::Rows),
             _ => Ok(WeightLayout::Panels),
@@ -281,7 +281,7 @@ pub fn parse_weights(word: &str) -> std::result::Result<DtypeArgs, String> {
         None => (word, None),
     };
     let dtype = WeightDtypeArg::from_str(dtype, true)
-        .map_err(|_| format!("{dtype:?} is not a weight format: f32, bf16 or int8, then optionally :rows or :panels (e.g. f32:rows)"))?;
+        .map_err(|_| format!("{dtype:?} is not a weight format: f32, bf16, int8 or w8a8, then optionally :rows or :panels (e.g. f32:rows)"))?;
     let layout = match layout {
         Some(l) => Some(
             WeightLayoutArg::from_str(l, true)
@@ -452,6 +452,9 @@ pub enum WeightDtypeArg {
     Bf16,
     /// int8 with a scale per 32 inputs (Q8_0): 1.125 bytes per weight, f32 arithmetic.
     Int8,
+    /// The int8 weights times activations quantized to int8 (Q8_0 x Q8_0, llama.cpp's
+    /// arithmetic): integer dot products, a slightly different model.
+    W8a8,
 }
 
 impl From<WeightDtypeArg> for WeightDtype {
@@ -460,6 +463,7 @@ impl From<WeightDtypeArg> for WeightDtype {
             WeightDtypeArg::F32 => WeightDtype::F32,
             WeightDtypeArg::Bf16 => WeightDtype::Bf16,
             WeightDtypeArg::Int8 => WeightDtype::Int8,
+            WeightDtypeArg::W8a8 => WeightDtype::W8a8,
         }
     }
 }

@@ -1,12 +1,14 @@
 //! `kvlab eval`: a text through the model, teacher-forced, with a KV policy against the full
 //! cache: perplexity, top-1 agreement, KL, KV bytes (book: kv-quantization.md).
 
-use crate::args::{JsonArgs, KvArgs, ModelArgs};
+use crate::args::{JsonArgs, KvArgs, ModelArgs, WeightDtypeArg};
 use crate::checks::at_least;
 use crate::print;
 use clap::Args;
+use kvlab::device::WeightDtype;
 use kvlab::error::{Error, Result};
 use kvlab::lab::eval::{eval as eval_text, eval_model_window};
+use kvlab::lab::eval_weights::eval_weights;
 use kvlab::limits::{read_text_capped, MAX_PROMPT_BYTES};
 use std::path::PathBuf;
 
@@ -27,6 +29,11 @@ pub struct EvalArgs {
     /// (one as long as the text removes the window).
     #[arg(long, value_name = "N")]
     pub model_window: Option<usize>,
+    /// Instead of a --kv policy: score the model with its weights in this format (bf16,
+    /// int8, or w8a8: int8 weights and activations) against the f32 model, both in one
+    /// prefill (book: making-decode-fast.md).
+    #[arg(long, value_enum)]
+    pub dtype: Option<WeightDtypeArg>,
     #[command(flatten)]
     pub out: JsonArgs,
 }
@@ -59,6 +66,20 @@ pub fn eval(args: EvalArgs) -> Result<()> {
     let mut ids = tokenizer.encode(&text)?;
     if let Some(max) = args.max_tokens {
         ids.truncate(max);
+    }
+    if let Some(dtype) = args.dtype {
+        if !policy.is_exact() || args.model_window.is_some() {
+            return Err(Error::InvalidArgument(
+                "--dtype compares weight formats on the full cache: drop --kv and --model-window"
+                    .into(),
+            ));
+        }
+        let report = eval_weights(&loaded.model, WeightDtype::from(dtype), &ids)?;
+        if args.out.json {
+            return print::json(&report);
+        }
+        print::eval_weights(&report);
+        return Ok(());
     }
     if let Some(window) = args.model_window {
         if !policy.is_exact() {

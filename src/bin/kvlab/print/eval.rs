@@ -2,6 +2,7 @@
 
 use super::human_bytes;
 use kvlab::lab::eval::EvalReport;
+use kvlab::lab::eval_weights::WeightsEvalReport;
 use kvlab::lab::kv_bench::KvBench;
 
 /// One eval report: the policy's accuracy against the full cache, and its bytes.
@@ -33,6 +34,22 @@ pub fn eval_window(r: &kvlab::lab::eval::WindowEvalReport) {
         human_bytes(r.kv_cache_bytes),
         human_bytes(r.trained_kv_cache_bytes)
     );
+}
+
+/// `kvlab eval --dtype D`.
+pub fn eval_weights(r: &WeightsEvalReport) {
+    outln!(
+        "weights:         {} against f32 ({} tokens, {} predicted, one prefill each)",
+        r.dtype,
+        r.n_tokens,
+        r.n_tokens - 1
+    );
+    outln!(
+        "perplexity:      {:.4} (f32: {:.4})",
+        r.perplexity,
+        r.f32_perplexity
+    );
+    agreement(r.top1_agreement, r.mean_kl, r.max_kl);
 }
 
 pub fn eval(r: &EvalReport) {

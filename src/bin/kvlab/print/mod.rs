@@ -18,7 +18,7 @@ mod evict;
 mod serving;
 mod speculative;
 pub use batching::{batching, disagg};
-pub use eval::{eval, eval_window, kv_bench};
+pub use eval::{eval, eval_weights, eval_window, kv_bench};
 pub use evict::{eval_table, evict_speed};
 pub use serving::{loadtest, loadtest_table};
 pub use speculative::{spec_comparison, spec_summary, spec_sweep, verify_cost};
