@@ -103,7 +103,7 @@ fn close_to_f32<E: WeightElem>(
         let prompt = ids(&case["prompt_ids"]);
         let reference = ids(&case["greedy_ids"]);
         let forced_tokens = &reference[..reference.len() - 1];
-        let a = forced(&f32_model, &prompt, forced_tokens);
+        let a = forced(f32_model, &prompt, forced_tokens);
         let b = forced(int8_model, &prompt, forced_tokens);
         let mut case_agree = 0;
         for (la, lb) in a.iter().zip(&b) {

@@ -6,7 +6,8 @@
 
 use kvlab::ops::matmul_on;
 use kvlab::simd::q8::{self, Q8_COLS, Q8_ROWS};
-use kvlab::simd::w8a8::{self, Kernel, Q8Rows};
+use kvlab::simd::w8a8::{self, Q8Rows};
+use kvlab::simd::w8a8_kernels::Kernel;
 use kvlab::simd::{Isa, W8a8Block};
 use ndarray::Array2;
 use proptest::prelude::*;

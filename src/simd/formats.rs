@@ -5,7 +5,8 @@
 use super::elem::{Scalar, WeightElem, PANEL};
 use super::isa::Isa;
 use super::q8::{Q8Block, Q8_COLS, Q8_ROWS};
-use super::w8a8::{self, Kernel, Q8Rows, W8a8Block};
+use super::w8a8::{self, Q8Rows, W8a8Block};
+use super::w8a8_kernels::Kernel;
 use crate::device::WeightLayout;
 
 /// Every one-number format is a weight format: widen in place, run the scalar strip.

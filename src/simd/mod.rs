@@ -33,6 +33,7 @@ mod isa;
 pub mod portable;
 pub mod q8;
 pub mod w8a8;
+pub mod w8a8_kernels;
 #[cfg(target_arch = "x86_64")]
 mod w8a8_x86;
 
