@@ -176,3 +176,65 @@ fn eval_json_has_the_fields() {
     assert!(bytes(&int4) < bytes(&int8) && bytes(&int8) < bytes(&full));
     assert_eq!(full["mean_kl"], 0.0);
 }
+
+/// `kvlab eval --dtype D`: a weight format against f32 on the same text. bf16 rounds the
+/// weights, int8 rounds them more coarsely, w8a8 rounds the activations as well: each
+/// costs agreement and KL, never all of it; and f32 against itself is exact.
+#[test]
+fn eval_dtype_scores_weight_formats_against_f32() {
+    let text = fixture();
+    fails_with(
+        &[
+            "eval",
+            "--text-file",
+            &text,
+            "--dtype",
+            "w8a8",
+            "--kv",
+            "int8",
+        ],
+        "--dtype compares weight formats on the full cache: drop --kv and --model-window",
+    );
+    if !real_model_present() {
+        return;
+    }
+    let score = |dtype: &str| {
+        json(&[
+            "eval",
+            "--model",
+            MODEL_DIR,
+            "--text-file",
+            &text,
+            "--max-tokens",
+            "96",
+            "--dtype",
+            dtype,
+            "--json",
+        ])
+    };
+    let same = score("f32");
+    assert_eq!(same["top1_agreement"], 1.0);
+    assert_eq!(same["mean_kl"], 0.0);
+    assert_eq!(same["perplexity"], same["f32_perplexity"]);
+    let kl = |dtype: &str| {
+        let r = score(dtype);
+        assert_eq!(r["dtype"], dtype);
+        assert_eq!(r["n_tokens"], 96);
+        assert_eq!(r["f32_perplexity"], same["f32_perplexity"]);
+        let (top1, kl) = (
+            r["top1_agreement"].as_f64().unwrap(),
+            r["mean_kl"].as_f64().unwrap(),
+        );
+        assert!(
+            (0.85..1.0).contains(&top1) || dtype == "bf16",
+            "{dtype}: top-1 {top1}"
+        );
+        assert!(kl > 0.0 && kl < 0.05, "{dtype}: mean KL {kl}");
+        kl
+    };
+    let (bf16, int8, w8a8) = (kl("bf16"), kl("int8"), kl("w8a8"));
+    assert!(
+        bf16 < int8 && int8 < w8a8,
+        "KL bf16 {bf16}, int8 {int8}, w8a8 {w8a8}"
+    );
+}

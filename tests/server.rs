@@ -737,6 +737,58 @@ async fn eight_streams_on_any_weights_and_pool_equal_each_alone_and_generate() {
     }
 }
 
+/// `kvlab loadtest --concurrency N` (the closed loop that compares servers): never more
+/// than N requests in flight, every request done, and each request's greedy text the same
+/// at N = 3 as at N = 1 (batch invariance, seen from the client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_loop_load_test_keeps_n_in_flight_and_the_same_texts() {
+    use kvlab::server::loadtest::{self, LoadtestConfig};
+    use kvlab::server::workload::PromptMix;
+    if !real_model_present() {
+        return;
+    }
+    let server = Server::start(EngineConfig::default()).await;
+    let run = |concurrency| {
+        let config = LoadtestConfig {
+            url: server.url(""),
+            model: Some(NAME.into()),
+            requests: 7,
+            rate: 1.0,
+            seed: 5,
+            mix: PromptMix::parse("short:1").unwrap(),
+            timeout_s: 300,
+            concurrency: Some(concurrency),
+        };
+        async move { loadtest::run(&config).await.expect("the load test runs") }
+    };
+    let (one, three) = (run(1).await, run(3).await);
+    for r in [&one, &three] {
+        assert_eq!((r.completed, r.failed, r.per_request.len()), (7, 0, 7));
+        assert!(r.per_request.iter().all(|q| !q.text.is_empty()));
+    }
+    // In flight at each send: the requests sent before it and not yet finished.
+    let in_flight = |r: &loadtest::LoadtestReport| {
+        let spans: Vec<(f64, f64)> = (r.per_request.iter())
+            .map(|q| (q.sent_ms, *q.token_ms.last().unwrap()))
+            .collect();
+        spans
+            .iter()
+            .map(|&(t, _)| spans.iter().filter(|&&(s, e)| s <= t && t < e).count())
+            .max()
+            .unwrap()
+    };
+    assert_eq!(in_flight(&one), 1);
+    assert!(
+        (2..=3).contains(&in_flight(&three)),
+        "{}",
+        in_flight(&three)
+    );
+    assert_eq!(three.concurrency, Some(3));
+    for (a, b) in one.per_request.iter().zip(&three.per_request) {
+        assert_eq!(a.text, b.text, "request {}", a.index);
+    }
+}
+
 /// `kvlab loadtest --prompt-mix copy:1` against `kvlab serve --speculative ngram`: the
 /// report names the drafts the server ran and kept (read off `/metrics`, which must agree),
 /// sizes each request's KV in whole blocks from what `/health` says, and gives one TPOT per
@@ -763,6 +815,7 @@ async fn a_load_test_reports_the_drafts_the_kv_per_request_and_tpot() {
             seed: 0,
             mix: PromptMix::parse("copy:1").unwrap(),
             timeout_s: 300,
+            concurrency: None,
         };
         let r = loadtest::run(&config).await.expect("the load test runs");
         assert_eq!((r.completed, r.failed), (4, 0), "{speculation:?}");

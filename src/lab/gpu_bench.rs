@@ -26,6 +26,7 @@
 
 use super::roof::prefill_flops;
 use super::timing::{ms_since, synthetic_prompt};
+use crate::cache::paged::LayerGroups;
 use crate::cuda::roof::GpuRoof;
 use crate::cuda::{AttentionVersion, GpuModel, MatmulVersion};
 use crate::device::GpuDtype;
@@ -180,9 +181,7 @@ pub fn bench_context(
     // Each step reads K and V of every position a layer's query sees: the whole context
     // (its middle step's), or a local layer's window (Gemma 3).
     let seen = context + decode_tokens / 2;
-    let rows_read: usize = (0..c.num_hidden_layers)
-        .map(|l| c.layer_window(l).map_or(seen, |w| w.min(seen)))
-        .sum();
+    let rows_read = LayerGroups::of(c).rows_read(seen);
     let kv_bytes_read = 2 * rows_read * kv_dim * 4;
     let bytes_per_token = model.weights.bytes_read_per_token() + kv_bytes_read;
     let device_tok_s = 1e3 / device_argmax_ms;

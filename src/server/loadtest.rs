@@ -3,7 +3,10 @@
 //!
 //! Each request is sent at its planned arrival time whether or not the earlier ones are
 //! done (an open loop, as real users behave: a closed loop that waits would hide the
-//! queueing a slow policy causes). It streams `/v1/completions` and records the arrival
+//! queueing a slow policy causes). `--concurrency N` runs the closed loop instead: N
+//! clients, each sending its next request when its last one is done, the load
+//! `vllm bench serve --max-concurrency` and llama.cpp's side-by-side use to compare servers
+//! at a fixed number of requests in flight. It streams `/v1/completions` and records the arrival
 //! time of every chunk. From those: TTFT (arrival → first text), inter-token latency (the
 //! gaps between chunks of one request: a stall shows up as one long gap), throughput,
 //! and the per-token timeline behind the book's stall figure.
@@ -26,6 +29,9 @@ pub struct LoadtestConfig {
     pub seed: u64,
     pub mix: PromptMix,
     pub timeout_s: u64,
+    /// `Some(n)`: a closed loop of `n` clients (arrival times ignored); `None`: the open
+    /// loop, each request at its planned arrival.
+    pub concurrency: Option<usize>,
 }
 
 /// Median, 99th percentile and mean of a set of samples (milliseconds).
@@ -65,7 +71,8 @@ pub struct RequestRecord {
     pub kind: &'static str,
     pub prompt_tokens: usize,
     pub max_tokens: usize,
-    /// When it was sent (its planned arrival).
+    /// When it was sent: its planned arrival (open loop), or when its client was free
+    /// (closed loop).
     pub sent_ms: f64,
     /// HTTP status (0: no answer).
     pub status: u16,
@@ -75,6 +82,8 @@ pub struct RequestRecord {
     pub completion_tokens: usize,
     pub finish_reason: Option<String>,
     pub error: Option<String>,
+    /// The text generated (greedy: two servers on the same weights can be compared).
+    pub text: String,
 }
 
 /// The whole run.
@@ -103,6 +112,8 @@ pub struct LoadtestReport {
     pub accepted_tokens: u64,
     pub requests: usize,
     pub rate: f64,
+    /// Clients of the closed loop (`--concurrency`); `None` for the open loop at `rate`.
+    pub concurrency: Option<usize>,
     pub seed: u64,
     pub completed: usize,
     pub rejected_429: usize,
@@ -181,26 +192,50 @@ pub async fn run(config: &LoadtestConfig) -> Result<LoadtestReport> {
     let workload = plan(config.requests, config.rate, config.seed, &config.mix);
     let drafts_before = spec_counters(&client, &config.url).await;
     let start = Instant::now();
-    let tasks: Vec<_> = workload
-        .into_iter()
-        .map(|planned| {
-            let (client, url, model) = (client.clone(), config.url.clone(), model.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep_until(
-                    (start + Duration::from_secs_f64(planned.arrival_s)).into(),
-                )
-                .await;
-                one_request(&client, &url, &model, planned, start).await
+    let tasks: Vec<_> = match config.concurrency {
+        // Open loop: one task per request, each waiting for its arrival time.
+        None => workload
+            .into_iter()
+            .map(|planned| {
+                let (client, url, model) = (client.clone(), config.url.clone(), model.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(
+                        (start + Duration::from_secs_f64(planned.arrival_s)).into(),
+                    )
+                    .await;
+                    vec![one_request(&client, &url, &model, planned, start).await]
+                })
             })
-        })
-        .collect();
-    let mut records = Vec::with_capacity(tasks.len());
+            .collect(),
+        // Closed loop: `n` clients share the requests in order, each sending its next
+        // as soon as its last is done.
+        Some(n) => {
+            let queue = std::sync::Arc::new(std::sync::Mutex::new(workload.into_iter()));
+            (0..n)
+                .map(|_| {
+                    let (client, url, model) = (client.clone(), config.url.clone(), model.clone());
+                    let queue = queue.clone();
+                    tokio::spawn(async move {
+                        let mut done = Vec::new();
+                        loop {
+                            let next = queue.lock().map(|mut q| q.next()).ok().flatten();
+                            let Some(planned) = next else { break };
+                            done.push(one_request(&client, &url, &model, planned, start).await);
+                        }
+                        done
+                    })
+                })
+                .collect()
+        }
+    };
+    let mut records = Vec::with_capacity(config.requests);
     for task in tasks {
-        records.push(
+        records.extend(
             task.await
                 .map_err(|e| Error::Internal(format!("a load-test task failed: {e}")))?,
         );
     }
+    records.sort_by_key(|r| r.index);
     let drafts = spec_counters(&client, &config.url).await - drafts_before;
     Ok(summarise(config, model, &health, drafts, records))
 }
@@ -302,6 +337,7 @@ async fn one_request(
         completion_tokens: 0,
         finish_reason: None,
         error: None,
+        text: String::new(),
     };
     let body = serde_json::json!({
         "model": model,
@@ -342,6 +378,10 @@ async fn one_request(
         let now = ms(Instant::now());
         for data in events.push(&chunk) {
             if data == "[DONE]" {
+                // A server that reports no usage (not every one does): count the chunks.
+                if record.completion_tokens == 0 {
+                    record.completion_tokens = record.token_ms.len();
+                }
                 return record;
             }
             let Ok(value) = serde_json::from_str::<serde_json::Value>(&data) else {
@@ -354,8 +394,9 @@ async fn one_request(
                 record.completion_tokens = n as usize;
             }
             let choice = &value["choices"][0];
-            if choice["text"].as_str().is_some_and(|t| !t.is_empty()) {
+            if let Some(text) = choice["text"].as_str().filter(|t| !t.is_empty()) {
                 record.token_ms.push(now);
+                record.text.push_str(text);
             }
             if let Some(reason) = choice["finish_reason"].as_str() {
                 record.finish_reason = Some(reason.to_string());
@@ -446,6 +487,7 @@ fn summarise(
         accepted_tokens: drafts.accepted,
         requests: config.requests,
         rate: config.rate,
+        concurrency: config.concurrency,
         seed: config.seed,
         completed: done.len(),
         rejected_429: records.iter().filter(|r| r.status == 429).count(),
@@ -495,6 +537,7 @@ mod tests {
             completion_tokens: 5,
             finish_reason: None,
             error: None,
+            text: String::new(),
         };
         assert_eq!(tpot_ms(&r), Some(20.0));
         r.completion_tokens = 1;
@@ -514,6 +557,7 @@ mod tests {
             completion_tokens: 0,
             finish_reason: None,
             error: None,
+            text: String::new(),
         };
         let health = serde_json::json!({
             "kv_bytes_per_token": 100, "block_size": 16, "pool_positions": 160

@@ -12,6 +12,8 @@
 //!   on the widened value. Half the bytes per weight: half what memory-bound decode streams.
 //!
 //! The third, int8, is a block of 32 x 16 weights with 16 scales ([`super::q8::Q8Block`]).
+//! The fourth, W8A8, holds the same codes reordered for integer dot products, and its
+//! kernels quantize the activations too ([`super::w8a8::W8a8Block`]).
 
 use super::isa::Isa;
 use crate::device::WeightLayout;

@@ -22,6 +22,10 @@
 //! sizes, vector widths and thread counts only change *which* chains run side by
 //! side, never the arithmetic inside one (`tests/simd.rs` checks every version
 //! this CPU can run against the portable one, bit for bit).
+//!
+//! W8A8 ([`w8a8`]: int8 weights times int8 activations) has three versions of its own
+//! ([`w8a8_kernels`]: AVX-512 VNNI, AVX2, portable), integer dot products whose sums are
+//! exact integers in any order: the same bits by another argument (`tests/w8a8.rs`).
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;

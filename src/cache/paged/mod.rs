@@ -171,22 +171,6 @@ impl PagedCache {
         ))
     }
 
-    /// [`PagedCache::counting_only`] for `n_blocks` blocks rather than a budget in bytes.
-    pub fn counting_blocks(
-        config: &Config,
-        element: KvElement,
-        block_size: usize,
-        n_blocks: usize,
-    ) -> Result<PagedCache> {
-        let pool = BlockPool::counting_only(config, element, block_size, n_blocks)?;
-        Ok(PagedCache::with_pool(
-            config,
-            pool,
-            LayerGroups::of(config),
-            false,
-        ))
-    }
-
     /// A pool of `n_blocks` blocks whose sequences keep one block table per group of
     /// `groups` (the plain twin of a model with local layers: [`LayerGroups::one`], one
     /// table of every layer, the model's masks doing the windows). `storage: false`

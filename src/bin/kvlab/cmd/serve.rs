@@ -268,6 +268,11 @@ pub struct LoadtestArgs {
     /// Seconds a request may take before it counts as failed.
     #[arg(long, default_value_t = 600)]
     pub timeout_s: u64,
+    /// A closed loop of N clients instead of arrivals at --rate: each sends its next request
+    /// when its last is done (N requests in flight, as `vllm bench serve
+    /// --max-concurrency`), the load that compares two servers.
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
     /// Print the whole report (with every token's arrival time) as JSON.
     #[arg(long)]
     pub json: bool,
@@ -282,6 +287,9 @@ pub fn loadtest(args: LoadtestArgs) -> Result<()> {
         100_000,
         "requests planned up front",
     )?;
+    if let Some(n) = args.concurrency {
+        in_range("--concurrency", n, 1, 1024, "clients in flight at once")?;
+    }
     // A rate near 0 would plan arrivals centuries away (and overflow the timers).
     if !(args.rate.is_finite() && (0.001..=10_000.0).contains(&args.rate)) {
         return Err(Error::InvalidArgument(format!(
@@ -297,6 +305,7 @@ pub fn loadtest(args: LoadtestArgs) -> Result<()> {
         seed: args.seed,
         mix: PromptMix::parse(&args.prompt_mix)?,
         timeout_s: args.timeout_s,
+        concurrency: args.concurrency,
     };
     let report = runtime()?.block_on(loadtest::run(&config))?;
     if args.json {

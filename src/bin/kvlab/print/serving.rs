@@ -5,10 +5,13 @@ use kvlab::server::loadtest::LoadtestReport;
 use serde_json::Value;
 
 pub fn loadtest(r: &LoadtestReport) {
+    let load = match r.concurrency {
+        Some(n) => format!("{n} at a time"),
+        None => format!("at {:.2}/s", r.rate),
+    };
     outln!(
-        "{} requests at {:.2}/s (seed {}) against {} ({}, policy {})",
+        "{} requests {load} (seed {}) against {} ({}, policy {})",
         r.requests,
-        r.rate,
         r.seed,
         r.url,
         r.model,
