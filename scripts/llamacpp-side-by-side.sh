@@ -17,8 +17,9 @@
 #
 # Writes book/src/figures/data/llamacpp.jsonl (one JSON object per measurement: tool,
 # dtype, round, test, tok/s), the commands in llamacpp.cmd, and llamacpp.md, the table of
-# `kvlab llamacpp-table` that roofline.md includes. Run it on an otherwise idle machine:
-# about 6 minutes.
+# `kvlab llamacpp-table` that roofline.md includes; then scripts/serving-side-by-side.sh
+# (PARTS=kernels or PARTS=serving runs one part). Run it on an otherwise idle machine:
+# about 8 minutes per part.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -73,6 +74,17 @@ for t in F32 BF16 Q8_0; do
     [[ -f $out ]] || logged "$CACHE/quantize-$t.log" "$LLAMA_CPP_BIN/llama-quantize" --allow-requantize "$GGUF" "$out" "$t"
 done
 
+# PARTS: the kernels (llama-bench against kvlab bench) and the servers
+# (scripts/serving-side-by-side.sh: llama-server against kvlab serve), default both.
+if [[ ${PARTS:-kernels serving} == *serving* ]]; then
+    run_serving=1
+else
+    run_serving=0
+fi
+if [[ ${PARTS:-kernels serving} != *kernels* ]]; then
+    LLAMA_CPP_BIN=$LLAMA_CPP_BIN CACHE=$CACHE THREADS=$THREADS bash scripts/serving-side-by-side.sh
+    exit 0
+fi
 rm -f "$DATA/llamacpp.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
     # kvlab runs Q8_0 twice: int8 (f32 activations, the plain twin) and w8a8 (int8
@@ -105,3 +117,6 @@ kvlab bench --model $MODEL --prefill 512 --contexts 32,512 --reps 5 --threads $T
 CMDS
 "$KVLAB" llamacpp-table --data "$DATA/llamacpp.jsonl" > "$DATA/llamacpp.md"
 cat "$DATA/llamacpp.md"
+if [[ $run_serving == 1 ]]; then
+    LLAMA_CPP_BIN=$LLAMA_CPP_BIN CACHE=$CACHE THREADS=$THREADS bash scripts/serving-side-by-side.sh
+fi
