@@ -2,7 +2,8 @@
 # kvlab and llama.cpp on the same machine, the same weights, the same threads, in one
 # interleaved run: prefill 512 and decode (empty and 512 cached) for f32, bf16 and
 # int8 (llama.cpp's Q8_0; kvlab runs it as int8, f32 activations, and as w8a8, int8
-# activations as llama.cpp does).
+# activations as llama.cpp does; and BF16 as bf16, f32 activations, and as bf16a, bf16
+# activations: llama.cpp's `vdpbf16ps` where the CPU has AVX-512 BF16).
 #
 #   bash scripts/llamacpp-side-by-side.sh
 #
@@ -88,8 +89,8 @@ fi
 rm -f "$DATA/llamacpp.jsonl"
 for round in $(seq 1 "$ROUNDS"); do
     # kvlab runs Q8_0 twice: int8 (f32 activations, the plain twin) and w8a8 (int8
-    # activations: llama.cpp's Q8_0 x Q8_0 arithmetic).
-    for pair in "f32 F32 f32" "bf16 BF16 bf16" "int8 Q8_0 int8 w8a8"; do
+    # activations: llama.cpp's Q8_0 x Q8_0 arithmetic); BF16 twice too, bf16 and bf16a.
+    for pair in "f32 F32 f32" "bf16 BF16 bf16 bf16a" "int8 Q8_0 int8 w8a8"; do
         read -r dtype gguf_type kvlab_dtypes <<< "$pair"
         echo "+ round $round, $dtype: llama-bench, then kvlab bench"
         "$LLAMA_CPP_BIN/llama-bench" -m "$CACHE/smollm2-$gguf_type.gguf" -t "$THREADS" -p 512 -n 64 -d 0,512 -r 3 -o jsonl 2>/dev/null |
@@ -113,7 +114,7 @@ for test, tok_s in rows:
 done
 cat > "$DATA/llamacpp.cmd" <<CMDS
 $LLAMA_CPP_BIN/llama-bench -m smollm2-{F32,BF16,Q8_0}.gguf -t $THREADS -p 512 -n 64 -d 0,512 -r 3 -o jsonl
-kvlab bench --model $MODEL --prefill 512 --contexts 32,512 --reps 5 --threads $THREADS --dtype {f32,bf16,int8,w8a8} --json
+kvlab bench --model $MODEL --prefill 512 --contexts 32,512 --reps 5 --threads $THREADS --dtype {f32,bf16,bf16a,int8,w8a8} --json
 CMDS
 "$KVLAB" llamacpp-table --data "$DATA/llamacpp.jsonl" > "$DATA/llamacpp.md"
 cat "$DATA/llamacpp.md"

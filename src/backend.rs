@@ -14,7 +14,7 @@ use crate::generate::{
     check_request, generate_with, Cached, Decoder, GenerateOptions, Generation, Naive, PathKind,
 };
 use crate::model::Model;
-use crate::simd::{Q8Block, W8a8Block, WeightElem, PANEL};
+use crate::simd::{Bf16aBlock, Q8Block, W8a8Block, WeightElem, PANEL};
 use crate::weights::CpuWeights;
 use half::bf16;
 
@@ -113,6 +113,8 @@ pub enum Backend<'a> {
     CpuInt8(Box<Model<Q8Block>>),
     /// int8 weights times int8 activations (`Model::to_w8a8`, `simd::w8a8`).
     CpuW8a8(Box<Model<W8a8Block>>),
+    /// bf16 weights times bf16 activations (`Model::to_bf16a`, `simd::bf16a`).
+    CpuBf16a(Box<Model<Bf16aBlock>>),
     /// The reference core (`src/textbook.rs`): one thread, f32 rows, nothing optimised;
     /// the engine's bits, slower (`--impl textbook`).
     Textbook(&'a Model),
@@ -136,6 +138,7 @@ impl<'a> Backend<'a> {
             CpuWeights::Bf16Panels(panels) => Backend::CpuBf16Panels(Box::new(panels)),
             CpuWeights::Int8(blocks) => Backend::CpuInt8(Box::new(blocks)),
             CpuWeights::W8a8(blocks) => Backend::CpuW8a8(Box::new(blocks)),
+            CpuWeights::Bf16a(blocks) => Backend::CpuBf16a(Box::new(blocks)),
         })
     }
 
@@ -188,6 +191,9 @@ impl<'a> Backend<'a> {
             }
             Backend::CpuInt8(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
             Backend::CpuW8a8(model) => cpu_decoder(model, path, layout, prompt_len, max_new_tokens),
+            Backend::CpuBf16a(model) => {
+                cpu_decoder(model, path, layout, prompt_len, max_new_tokens)
+            }
             Backend::Textbook(model) => {
                 if layout != CacheLayout::default() {
                     return Err(crate::error::Error::InvalidArgument(
@@ -263,6 +269,7 @@ impl<'a> Backend<'a> {
             | Backend::CpuBf16Panels(_)
             | Backend::CpuInt8(_)
             | Backend::CpuW8a8(_)
+            | Backend::CpuBf16a(_)
             | Backend::Textbook(_)
             | Backend::Learner(_) => Device::Cpu,
             #[cfg(feature = "cuda")]
@@ -279,6 +286,7 @@ impl<'a> Backend<'a> {
             Backend::CpuBf16Panels(_) => cpu_describe("bf16 in panels"),
             Backend::CpuInt8(_) => cpu_describe("int8"),
             Backend::CpuW8a8(_) => cpu_describe("int8 weights x int8 activations (w8a8)"),
+            Backend::CpuBf16a(_) => cpu_describe("bf16 weights x bf16 activations (bf16a)"),
             Backend::Textbook(_) => {
                 "cpu (1 thread, f32, the textbook core: src/textbook.rs)".into()
             }

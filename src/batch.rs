@@ -169,6 +169,7 @@ pub fn batch_model(
         CpuWeights::Bf16Panels(panels) => Arc::new(panels),
         CpuWeights::Int8(blocks) => Arc::new(blocks),
         CpuWeights::W8a8(blocks) => Arc::new(blocks),
+        CpuWeights::Bf16a(blocks) => Arc::new(blocks),
     })
 }
 // ANCHOR_END: batch_model

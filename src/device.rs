@@ -46,6 +46,9 @@ pub enum WeightDtype {
     /// The int8 blocks with the activations quantized to int8 too, per row in blocks of
     /// 32: integer dot products (`Model::to_w8a8`). Not int8's bits: a different model.
     W8a8,
+    /// bf16 weights times activations rounded to bf16, in pairs: AVX-512 BF16's
+    /// `vdpbf16ps` (`Model::to_bf16a`). Not bf16's bits: a different model.
+    Bf16a,
 }
 
 /// How f32 and bf16 weight matrices lie in memory on the CPU (int8 blocks have their
@@ -78,6 +81,7 @@ impl WeightDtype {
             WeightDtype::Bf16 => "bf16",
             WeightDtype::Int8 => "int8",
             WeightDtype::W8a8 => "w8a8",
+            WeightDtype::Bf16a => "bf16a",
         }
     }
 }

@@ -134,6 +134,12 @@ const PACKED_MIN_ROWS: usize = 32;
 /// `k` loop adds into it.
 const STRIP_FLOATS: usize = 2048;
 
+/// Columns a strip covers at least: formats that are never packed (W8A8, bf16a) run
+/// prefill's hundreds of rows in strips too, and their kernels tile four blocks of 16
+/// columns at a time, each weight register shared by several rows (fewer columns would
+/// leave them one block: four times the loads per product).
+const MIN_STRIP_COLS: usize = 64;
+
 /// Decode: every matrix cut into strips of output columns, all strips of all
 /// matrices shared out among the threads; each strip reads its columns of `w`
 /// row by row ([`Isa::strip`]).
@@ -144,6 +150,7 @@ fn by_strips<W: WeightElem>(isa: Isa, x: &[f32], d_in: usize, mut jobs: Vec<(&[W
     for (job, (_, out)) in jobs.iter().enumerate() {
         let d_out = out.len() / n;
         let width = (STRIP_FLOATS / n)
+            .max(MIN_STRIP_COLS)
             .min(d_out.div_ceil(threads))
             .next_multiple_of(W::BLOCK_COLS.max(16)); // a vector's columns, a block's, a panel's
         for j0 in (0..d_out).step_by(width) {

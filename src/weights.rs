@@ -14,8 +14,9 @@ use crate::config::Config;
 use crate::device::{WeightDtype, WeightLayout};
 use crate::error::{Error, Result};
 use crate::model::{Layer, Model};
+use crate::simd::bf16a::{round_to_bf16a, BF16A_COLS, BF16A_ROWS};
 use crate::simd::q8::{self, Q8Block};
-use crate::simd::W8a8Block;
+use crate::simd::{Bf16aBlock, W8a8Block};
 use crate::simd::{Scalar, WeightElem, PANEL};
 use half::bf16;
 use ndarray::{Array1, Array2};
@@ -79,6 +80,33 @@ impl Model {
     }
 }
 // ANCHOR_END: to_w8a8
+
+// ANCHOR: to_bf16a
+impl Model {
+    /// The same model with every weight matrix in bf16 pairs for `vdpbf16ps`
+    /// (`simd::bf16a`): the bf16 model's weights ([`Model::to_bf16`]'s rounding, with
+    /// denormals flushed to zero), whose matmuls round their activations to bf16 too. As
+    /// there, the embedding stays f32 holding the rounded values. Fails, naming the
+    /// matrix, when a dimension is not a whole number of blocks (inputs a multiple of 32,
+    /// outputs of 16).
+    pub fn to_bf16a(&self) -> Result<Model<Bf16aBlock>> {
+        let mut paired = self.map_matrices(|w, name| {
+            let (d_in, d_out) = w.dim();
+            if d_in == 0 || !d_in.is_multiple_of(BF16A_ROWS) || !d_out.is_multiple_of(BF16A_COLS) {
+                return Err(Error::InvalidArgument(format!(
+                    "--dtype bf16a: {name}: a {d_in} x {d_out} matrix does not split into blocks of \
+                     {BF16A_ROWS} inputs x {BF16A_COLS} outputs: use --dtype bf16 for this model"
+                )));
+            }
+            Ok(Array2::from_shape_fn((d_in / BF16A_ROWS, d_out / BF16A_COLS), |(kb, jb)| {
+                Bf16aBlock::from_fn(|k, j| w[[kb * BF16A_ROWS + k, jb * BF16A_COLS + j]])
+            }))
+        })?;
+        paired.embed = self.embed.mapv(|v| round_to_bf16a(v).to_f32());
+        Ok(paired)
+    }
+}
+// ANCHOR_END: to_bf16a
 
 impl Model<Q8Block> {
     /// The plain twin: the f32 model whose weights are this model's exact int8 values.
@@ -197,6 +225,8 @@ pub enum CpuWeights<'a> {
     Int8(Model<Q8Block>),
     /// Q8_0 blocks for integer dot products, activations quantized too.
     W8a8(Model<W8a8Block>),
+    /// bf16 pairs for `vdpbf16ps`, activations rounded to bf16 too.
+    Bf16a(Model<Bf16aBlock>),
 }
 
 impl<'a> CpuWeights<'a> {
@@ -223,6 +253,7 @@ impl<'a> CpuWeights<'a> {
             }
             WeightDtype::Int8 => CpuWeights::Int8(model.to_int8()?),
             WeightDtype::W8a8 => CpuWeights::W8a8(model.to_w8a8()?),
+            WeightDtype::Bf16a => CpuWeights::Bf16a(model.to_bf16a()?),
         })
     }
 
@@ -236,6 +267,7 @@ impl<'a> CpuWeights<'a> {
             CpuWeights::Bf16Panels(model) => job.run(model),
             CpuWeights::Int8(model) => job.run(model),
             CpuWeights::W8a8(model) => job.run(model),
+            CpuWeights::Bf16a(model) => job.run(model),
         }
     }
 }

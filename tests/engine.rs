@@ -349,13 +349,14 @@ fn serves_every_request_its_solo_bits(
 
 /// The weight formats `kvlab serve --dtype --layout` offers, each with the model that
 /// `generate --dtype --layout` would run: int8 blocks have one layout of their own.
-const FORMATS: [(WeightDtype, WeightLayout); 6] = [
+const FORMATS: [(WeightDtype, WeightLayout); 7] = [
     (WeightDtype::F32, WeightLayout::Rows),
     (WeightDtype::F32, WeightLayout::Panels),
     (WeightDtype::Bf16, WeightLayout::Rows),
     (WeightDtype::Bf16, WeightLayout::Panels),
     (WeightDtype::Int8, WeightLayout::Panels),
     (WeightDtype::W8a8, WeightLayout::Panels),
+    (WeightDtype::Bf16a, WeightLayout::Panels),
 ];
 
 /// `model`'s twin in `format`, as `generate` converts it, and the engine's weights made
@@ -373,6 +374,7 @@ fn in_format<T>(
     let expected_name = match (dtype, layout) {
         (WeightDtype::Int8, _) => "int8 blocks".to_string(),
         (WeightDtype::W8a8, _) => "w8a8 blocks".to_string(),
+        (WeightDtype::Bf16a, _) => "bf16a blocks".to_string(),
         (d, l) => format!("{} in {}", d.name(), l.name()),
     };
     assert_eq!(served.weights(), expected_name);
@@ -398,6 +400,10 @@ fn in_format<T>(
         }
         (WeightDtype::W8a8, _) => {
             let twin = model.to_w8a8().unwrap();
+            check(&|r, kv| solo_with(&twin, r, kv), served)
+        }
+        (WeightDtype::Bf16a, _) => {
+            let twin = model.to_bf16a().unwrap();
             check(&|r, kv| solo_with(&twin, r, kv), served)
         }
     }

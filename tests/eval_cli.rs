@@ -179,7 +179,8 @@ fn eval_json_has_the_fields() {
 
 /// `kvlab eval --dtype D`: a weight format against f32 on the same text. bf16 rounds the
 /// weights, int8 rounds them more coarsely, w8a8 rounds the activations as well: each
-/// costs agreement and KL, never all of it; and f32 against itself is exact.
+/// costs agreement and KL, never all of it; bf16a (bf16 activations too) costs more than
+/// bf16 and less than w8a8; and f32 against itself is exact.
 #[test]
 fn eval_dtype_scores_weight_formats_against_f32() {
     let text = fixture();
@@ -232,9 +233,9 @@ fn eval_dtype_scores_weight_formats_against_f32() {
         assert!(kl > 0.0 && kl < 0.05, "{dtype}: mean KL {kl}");
         kl
     };
-    let (bf16, int8, w8a8) = (kl("bf16"), kl("int8"), kl("w8a8"));
+    let (bf16, int8, w8a8, bf16a) = (kl("bf16"), kl("int8"), kl("w8a8"), kl("bf16a"));
     assert!(
-        bf16 < int8 && int8 < w8a8,
-        "KL bf16 {bf16}, int8 {int8}, w8a8 {w8a8}"
+        bf16 < int8 && int8 < w8a8 && bf16 < bf16a && bf16a < w8a8,
+        "KL bf16 {bf16}, int8 {int8}, w8a8 {w8a8}, bf16a {bf16a}"
     );
 }

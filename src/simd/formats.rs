@@ -2,6 +2,8 @@
 //! ISA's strip reads it (the traits are in `elem.rs`, the kernels in `portable.rs`,
 //! `avx2.rs` and `avx512.rs`).
 
+use super::bf16a::{self, Bf16Rows, Bf16aBlock, BF16A_COLS, BF16A_ROWS};
+use super::bf16a_kernels::Kernel as Bf16aKernel;
 use super::elem::{Scalar, WeightElem, PANEL};
 use super::isa::Isa;
 use super::q8::{Q8Block, Q8_COLS, Q8_ROWS};
@@ -209,3 +211,40 @@ impl WeightElem for W8a8Block {
     }
 }
 // ANCHOR_END: w8a8_elem
+
+// ANCHOR: bf16a_elem
+/// The bf16a format (`bf16a.rs`): bf16 weights in pairs, whose strips round the
+/// activations to bf16 once per matmul and take `vdpbf16ps`'s dot products. Never packed
+/// into f32 panels, for the reason W8A8 is not.
+impl WeightElem for Bf16aBlock {
+    const NAME: &'static str = "bf16a";
+    const BLOCK_ROWS: usize = BF16A_ROWS;
+    const BLOCK_COLS: usize = BF16A_COLS;
+    const PACKS: bool = false;
+    type Input<'a> = Bf16Rows;
+
+    fn prepare(x: &[f32], d_in: usize) -> Bf16Rows {
+        bf16a::round_rows(x, d_in)
+    }
+
+    fn widen_row(w: &[Bf16aBlock], d_out: usize, k: usize, j0: usize, dst: &mut [f32]) {
+        let row = &w[k / BF16A_ROWS * (d_out / BF16A_COLS)..][..d_out / BF16A_COLS];
+        for (c, d) in dst.iter_mut().enumerate() {
+            let j = j0 + c;
+            *d = row[j / BF16A_COLS].weight(k % BF16A_ROWS, j % BF16A_COLS);
+        }
+    }
+
+    fn strip(
+        isa: Isa,
+        x: &Bf16Rows,
+        _d_in: usize,
+        w: &[Bf16aBlock],
+        d_out: usize,
+        j0: usize,
+        out: &mut [f32],
+    ) {
+        Bf16aKernel::of(isa).strip(x, w, d_out, j0, out);
+    }
+}
+// ANCHOR_END: bf16a_elem

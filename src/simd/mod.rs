@@ -26,11 +26,18 @@
 //! W8A8 ([`w8a8`]: int8 weights times int8 activations) has three versions of its own
 //! ([`w8a8_kernels`]: AVX-512 VNNI, AVX2, portable), integer dot products whose sums are
 //! exact integers in any order: the same bits by another argument (`tests/w8a8.rs`).
+//! bf16a ([`bf16a`]: bf16 weights times bf16 activations) has three too
+//! ([`bf16a_kernels`]: AVX-512 BF16's `vdpbf16ps`, AVX2, portable), one chain of the
+//! instruction's lane per output (`tests/bf16a.rs`).
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
+pub mod bf16a;
+pub mod bf16a_kernels;
+#[cfg(target_arch = "x86_64")]
+mod bf16a_x86;
 mod elem;
 mod formats;
 mod isa;
@@ -41,6 +48,7 @@ pub mod w8a8_kernels;
 #[cfg(target_arch = "x86_64")]
 mod w8a8_x86;
 
+pub use bf16a::Bf16aBlock;
 pub use elem::{Scalar, WeightElem, PANEL};
 pub use isa::Isa;
 pub use q8::Q8Block;

@@ -258,8 +258,8 @@ impl DtypeArgs {
     /// The layout, default panels; `--layout` with int8 is refused (its blocks have one).
     pub fn layout(&self) -> Result<WeightLayout> {
         match (self.dtype(), self.layout) {
-            (WeightDtype::Int8 | WeightDtype::W8a8, Some(_)) => Err(Error::InvalidArgument(
-                "--layout applies to f32 and bf16 weights: int8 and w8a8 blocks have their own layout, drop --layout".into(),
+            (WeightDtype::Int8 | WeightDtype::W8a8 | WeightDtype::Bf16a, Some(_)) => Err(Error::InvalidArgument(
+                "--layout applies to f32 and bf16 weights: int8, w8a8 and bf16a blocks have their own layout, drop --layout".into(),
             )),
             (_, Some(WeightLayoutArg::Rows)) => Ok(WeightLayout::Rows),
             _ => Ok(WeightLayout::Panels),
@@ -281,7 +281,7 @@ pub fn parse_weights(word: &str) -> std::result::Result<DtypeArgs, String> {
         None => (word, None),
     };
     let dtype = WeightDtypeArg::from_str(dtype, true)
-        .map_err(|_| format!("{dtype:?} is not a weight format: f32, bf16, int8 or w8a8, then optionally :rows or :panels (e.g. f32:rows)"))?;
+        .map_err(|_| format!("{dtype:?} is not a weight format: f32, bf16, int8, w8a8 or bf16a, then optionally :rows or :panels (e.g. f32:rows)"))?;
     let layout = match layout {
         Some(l) => Some(
             WeightLayoutArg::from_str(l, true)
@@ -455,6 +455,9 @@ pub enum WeightDtypeArg {
     /// The int8 weights times activations quantized to int8 (Q8_0 x Q8_0, llama.cpp's
     /// arithmetic): integer dot products, a slightly different model.
     W8a8,
+    /// bf16 weights times activations rounded to bf16 (AVX-512 BF16's `vdpbf16ps`, what
+    /// llama.cpp's BF16 runs on such a CPU): two products per lane, a slightly different model.
+    Bf16a,
 }
 
 impl From<WeightDtypeArg> for WeightDtype {
@@ -464,6 +467,7 @@ impl From<WeightDtypeArg> for WeightDtype {
             WeightDtypeArg::Bf16 => WeightDtype::Bf16,
             WeightDtypeArg::Int8 => WeightDtype::Int8,
             WeightDtypeArg::W8a8 => WeightDtype::W8a8,
+            WeightDtypeArg::Bf16a => WeightDtype::Bf16a,
         }
     }
 }

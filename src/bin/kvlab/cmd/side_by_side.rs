@@ -67,12 +67,14 @@ pub fn llamacpp_table(args: LlamacppTableArgs) -> Result<()> {
     outln!("| weights | test | {llama} tok/s | {kvlab} tok/s | kvlab / llama.cpp |");
     outln!("|---|---|---:|---:|---:|");
     // kvlab's w8a8 (int8 activations) runs llama.cpp's own Q8_0 arithmetic: it is set
-    // against the same llama.cpp Q8_0 measurement as kvlab's int8 (f32 activations).
+    // against the same llama.cpp Q8_0 measurement as kvlab's int8 (f32 activations); its
+    // bf16a (bf16 activations, `vdpbf16ps`) against the same BF16 one as its bf16.
     for (dtype, llama_dtype, name) in [
         ("f32", "f32", "f32"),
         ("bf16", "bf16", "bf16"),
         ("int8", "int8", "int8 / Q8_0"),
         ("w8a8", "int8", "w8a8 / Q8_0"),
+        ("bf16a", "bf16", "bf16a / BF16"),
     ] {
         for test in TESTS {
             let (l, k) = (tok_s(true, llama_dtype, test), tok_s(false, dtype, test));
