@@ -5,7 +5,7 @@
 
 use kvlab::ops::matmul_on;
 use kvlab::simd::bf16a::{
-    self, flush, pair, round_to_bf16a, step, Bf16Rows, BF16A_COLS, BF16A_ROWS,
+    self, flush, half_of, pair, round_to_bf16a, step, Bf16Rows, BF16A_COLS, BF16A_ROWS,
 };
 use kvlab::simd::bf16a_kernels::Kernel;
 use kvlab::simd::{Bf16aBlock, Isa};
@@ -142,6 +142,9 @@ fn step_is_the_instruction_bit_for_bit() {
         half::bf16::from_bits(bits ^ (((r >> 40) as u16 & 1) << 15))
     };
     let (mut lanes, mut nan_lanes) = (0, 0);
+    // The orders the manual does not give, counted where they differ: the test must be
+    // able to tell them apart from the one it does.
+    let (mut even_first_differs, mut one_sum_differs) = (0, 0);
     for _ in 0..200_000 {
         let x: [u32; 16] = std::array::from_fn(|_| pair(bf(&mut rng), bf(&mut rng)));
         let w: [u32; 16] = std::array::from_fn(|_| pair(bf(&mut rng), bf(&mut rng)));
@@ -157,6 +160,18 @@ fn step_is_the_instruction_bit_for_bit() {
         for j in 0..16 {
             let ours = step(acc[j], x[j], w[j]);
             lanes += 1;
+            let (x0, x1, w0, w1) = (
+                half_of(x[j], 0),
+                half_of(x[j], 1),
+                half_of(w[j], 0),
+                half_of(w[j], 1),
+            );
+            let even_first = flush(x1.mul_add(w1, flush(x0.mul_add(w0, acc[j]))));
+            let one_sum = flush(acc[j] + (x0 as f64 * w0 as f64 + x1 as f64 * w1 as f64) as f32);
+            let differs =
+                |v: f32| v.to_bits() != hw[j].to_bits() && !(v.is_nan() && hw[j].is_nan());
+            even_first_differs += differs(even_first) as usize;
+            one_sum_differs += differs(one_sum) as usize;
             if ours.is_nan() || hw[j].is_nan() {
                 // A NaN's payload is the instruction's choice; that it is NaN is not.
                 assert!(
@@ -181,7 +196,11 @@ fn step_is_the_instruction_bit_for_bit() {
             }
         }
     }
-    eprintln!("{lanes} lanes equal to vdpbf16ps ({nan_lanes} of them NaN)");
+    eprintln!(
+        "{lanes} lanes equal to vdpbf16ps ({nan_lanes} of them NaN); the even pair first would \
+         differ in {even_first_differs}, the two products summed first in {one_sum_differs}"
+    );
+    assert!(even_first_differs > 0 && one_sum_differs > 0);
 }
 
 /// One `vdpbf16ps` on 16 lanes.

@@ -1,6 +1,6 @@
-//! `kvlab eval --dtype D`: what a weight format (and, for w8a8, quantizing the activations)
-//! costs in accuracy against the f32 model, on one text (book: weight-formats.md,
-//! making-decode-fast.md).
+//! `kvlab eval --dtype D`: what a weight format (and, for w8a8 and bf16a, rounding the
+//! activations) costs in accuracy against the f32 model, on one text (book:
+//! weight-formats.md).
 //!
 //! Both models read the whole text teacher-forced, in one prefill each on a full cache (its
 //! logits are token-by-token decoding's, bit for bit, in every format: the naive == cached
@@ -21,7 +21,7 @@ use serde::Serialize;
 /// What `kvlab eval --dtype D` measures on one text.
 #[derive(Debug, Clone, Serialize)]
 pub struct WeightsEvalReport {
-    /// `--dtype`'s name ("bf16", "int8", "w8a8").
+    /// `--dtype`'s name ("bf16", "int8", "w8a8", "bf16a").
     pub dtype: String,
     /// Tokens of text evaluated; `n_tokens - 1` of them are predicted.
     pub n_tokens: usize,

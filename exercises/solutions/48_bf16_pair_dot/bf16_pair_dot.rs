@@ -29,7 +29,11 @@
 /// (a) `v` rounded to bf16, as its 16 bits: to nearest, ties to even. A NaN stays a NaN
 /// (quiet: set the top mantissa bit), and a denormal becomes zero of its sign first.
 pub fn round_to_bf16(v: f32) -> u16 {
-    let bits = if v.is_subnormal() { v.to_bits() & 0x8000_0000 } else { v.to_bits() };
+    let bits = if v.is_subnormal() {
+        v.to_bits() & 0x8000_0000
+    } else {
+        v.to_bits()
+    };
     if v.is_nan() {
         return (bits >> 16) as u16 | 0x0040;
     }
@@ -94,7 +98,10 @@ mod tests {
         // A NaN whose payload sits in the low bits: rounding its bits naively carries into
         // the exponent's all-ones and gives infinity.
         for nan in [0x7f80_0001u32, 0x7fff_ffff, 0xffc0_0000] {
-            assert!(widen(round_to_bf16(f32::from_bits(nan))).is_nan(), "{nan:#x}");
+            assert!(
+                widen(round_to_bf16(f32::from_bits(nan))).is_nan(),
+                "{nan:#x}"
+            );
         }
         assert_eq!(round_to_bf16(f32::from_bits(0x0000_ffff)), 0x0000);
         assert_eq!(round_to_bf16(-f32::from_bits(0x007f_ffff)), 0x8000);
@@ -108,17 +115,30 @@ mod tests {
         let b = round_to_bf16;
         // acc = 1, products 2^-24 (odd) and -1 (even). Odd first: 1 + 2^-24 rounds to 1
         // (a tie, to even), then 1 - 1 = 0. Even first: 0, then 2^-24.
-        let acc = lane(1.0, [b(-1.0), b(2f32.powi(-12))], [b(1.0), b(2f32.powi(-12))]);
+        let acc = lane(
+            1.0,
+            [b(-1.0), b(2f32.powi(-12))],
+            [b(1.0), b(2f32.powi(-12))],
+        );
         assert_eq!(acc, 0.0);
     }
 
     #[test]
     fn the_lane_flushes_a_denormal_result() {
         let b = round_to_bf16;
-        // 2^-64 · 2^-66 = 2^-130: below f32's smallest normal, 2^-126.
-        let tiny = lane(0.0, [b(0.0), b(2f32.powi(-64))], [b(0.0), b(2f32.powi(-66))]);
-        assert_eq!(tiny.to_bits(), 0);
-        let normal = lane(0.0, [b(0.0), b(2f32.powi(-60))], [b(0.0), b(2f32.powi(-60))]);
+        // 2^-64 · 2^-66 = 2^-130: below f32's smallest normal, 2^-126. In the odd pair
+        // (the first step) and in the even one (the second).
+        let (t, u) = (b(2f32.powi(-64)), b(2f32.powi(-66)));
+        assert_eq!(lane(0.0, [b(0.0), t], [b(0.0), u]).to_bits(), 0);
+        assert_eq!(lane(0.0, [t, b(0.0)], [u, b(0.0)]).to_bits(), 0);
+        // The odd step's denormal is gone before the even product (2^-126) is added.
+        let m = b(2f32.powi(-63));
+        assert_eq!(lane(0.0, [m, t], [m, u]), f32::MIN_POSITIVE);
+        let normal = lane(
+            0.0,
+            [b(0.0), b(2f32.powi(-60))],
+            [b(0.0), b(2f32.powi(-60))],
+        );
         assert_eq!(normal, 2f32.powi(-120));
     }
 
@@ -138,20 +158,33 @@ mod tests {
     fn the_dot_is_the_chain_bit_for_bit() {
         for seed in 0..300u32 {
             let len = 2 * (1 + seed as usize % 40);
-            let value = |i: usize, s: f32| ((seed as f32 * 12.9898 + i as f32 * 78.233).sin() * s);
+            let value = |i: usize, s: f32| (seed as f32 * 12.9898 + i as f32 * 78.233).sin() * s;
             let x: Vec<f32> = (0..len).map(|i| value(i, 40.0)).collect();
             let w: Vec<f32> = (0..len).map(|i| value(i + 1000, 0.3)).collect();
-            assert_eq!(bf16a_dot(&x, &w).to_bits(), reference(&x, &w).to_bits(), "seed {seed}");
+            assert_eq!(
+                bf16a_dot(&x, &w).to_bits(),
+                reference(&x, &w).to_bits(),
+                "seed {seed}"
+            );
         }
     }
 
     #[test]
     fn rounding_the_activations_moves_the_dot_a_little() {
         let x: Vec<f32> = (0..256).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
-        let w: Vec<f32> = (0..256).map(|i| widen(round_to_bf16((i as f32 * 0.11).cos() * 0.1))).collect();
+        let w: Vec<f32> = (0..256)
+            .map(|i| widen(round_to_bf16((i as f32 * 0.11).cos() * 0.1)))
+            .collect();
         let exact: f64 = x.iter().zip(&w).map(|(&a, &b)| a as f64 * b as f64).sum();
         let ours = bf16a_dot(&x, &w) as f64;
-        let scale: f64 = x.iter().zip(&w).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
-        assert!(ours != exact && (ours - exact).abs() < scale * 2f64.powi(-8), "{ours} vs {exact}");
+        let scale: f64 = x
+            .iter()
+            .zip(&w)
+            .map(|(&a, &b)| (a as f64 * b as f64).abs())
+            .sum();
+        assert!(
+            ours != exact && (ours - exact).abs() < scale * 2f64.powi(-8),
+            "{ours} vs {exact}"
+        );
     }
 }

@@ -239,8 +239,9 @@ impl DeviceArgs {
 #[derive(Args, Clone, Copy)]
 pub struct DtypeArgs {
     /// Weight format on the CPU: f32 as loaded, bf16 (each weight rounded: half the bytes
-    /// for decode to read) or int8 (Q8_0 blocks: 1.125 bytes a weight); the arithmetic
-    /// stays f32. Default f32.
+    /// for decode to read) or int8 (Q8_0 blocks: 1.125 bytes a weight), with f32
+    /// arithmetic; or w8a8 / bf16a, which round the activations too (int8 / bf16 dot
+    /// products, llama.cpp's arithmetic). Default f32.
     #[arg(long, value_enum)]
     pub dtype: Option<WeightDtypeArg>,
     /// How f32 and bf16 weights lie in memory on the CPU: panels of 32 output columns,

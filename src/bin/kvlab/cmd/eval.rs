@@ -30,8 +30,8 @@ pub struct EvalArgs {
     #[arg(long, value_name = "N")]
     pub model_window: Option<usize>,
     /// Instead of a --kv policy: score the model with its weights in this format (bf16,
-    /// int8, or w8a8: int8 weights and activations) against the f32 model, both in one
-    /// prefill (book: making-decode-fast.md).
+    /// int8, w8a8: int8 weights and activations, or bf16a: bf16 weights and activations)
+    /// against the f32 model, both in one prefill (book: weight-formats.md).
     #[arg(long, value_enum)]
     pub dtype: Option<WeightDtypeArg>,
     #[command(flatten)]
