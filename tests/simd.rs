@@ -5,6 +5,9 @@
 //! quantization as llama.cpp's (GGUF) bytes. On a CPU without AVX-512 the AVX-512 cases cannot run:
 //! the test prints which versions it checked.
 
+mod common;
+
+use common::matmul::every_isa_gives_the_portable_bits_row_by_row;
 use half::bf16;
 use kvlab::ops::matmul_on;
 use kvlab::simd::q8::{self, Q8Block};
@@ -48,32 +51,10 @@ fn check_shapes<W: WeightElem>(
     shapes: &[(usize, usize, usize)],
     w_of: impl Fn(&[f32], usize, usize) -> Vec<W>,
 ) {
-    let isas = Isa::available();
-    eprintln!("versions checked against Portable: {isas:?}");
+    eprintln!("versions checked against Portable: {:?}", Isa::available());
     for &(n, d_in, d_out) in shapes {
         let (x, w) = inputs(n, d_in, d_out);
-        let w = w_of(&w, d_in, d_out);
-        let mut reference = vec![0.0; n * d_out];
-        matmul_on(Isa::Portable, &x, &w, &mut reference, d_in, d_out);
-        for &isa in &isas {
-            let mut out = vec![f32::NAN; n * d_out];
-            matmul_on(isa, &x, &w, &mut out, d_in, d_out);
-            assert_eq!(
-                bits(&out),
-                bits(&reference),
-                "{isa:?} at n={n} d_in={d_in} d_out={d_out}"
-            );
-            // Row independence within the version: each row alone (decode) = in the batch.
-            for r in [0, n / 2, n - 1] {
-                let mut single = vec![0.0; d_out];
-                matmul_on(isa, &x[r * d_in..][..d_in], &w, &mut single, d_in, d_out);
-                assert_eq!(
-                    bits(&single),
-                    bits(&out[r * d_out..][..d_out]),
-                    "{isa:?} row {r} at n={n} d_in={d_in} d_out={d_out}"
-                );
-            }
-        }
+        every_isa_gives_the_portable_bits_row_by_row(&x, &w_of(&w, d_in, d_out), d_in, d_out);
     }
 }
 

@@ -4,6 +4,9 @@
 //! reading of the Q8Blocks it was reordered from; and a row's outputs do not depend on
 //! the rows beside it, in decode strips or in prefill's hundreds of rows.
 
+mod common;
+
+use common::matmul::every_isa_gives_the_portable_bits_row_by_row;
 use kvlab::ops::matmul_on;
 use kvlab::simd::q8::{self, Q8_COLS, Q8_ROWS};
 use kvlab::simd::w8a8::{self, Q8Rows};
@@ -118,23 +121,8 @@ fn this_cpu_runs_the_kernels_it_has() {
 fn matmul_rows_are_independent_in_every_version() {
     for (n, d_in, d_out) in [(1, 64, 48), (5, 96, 160), (33, 64, 32), (300, 128, 96)] {
         let x = values(n * d_in, n as u64, 3.0);
-        let (w, _) = blocks(&values(d_in * d_out, 9, 0.2), d_in, d_out);
-        let mut reference = vec![0.0; n * d_out];
-        matmul_on(Isa::Portable, &x, &w, &mut reference, d_in, d_out);
-        for isa in Isa::available() {
-            let mut out = vec![f32::NAN; n * d_out];
-            matmul_on(isa, &x, &w, &mut out, d_in, d_out);
-            assert_eq!(bits(&out), bits(&reference), "{isa:?} n={n}");
-            for r in [0, n / 2, n - 1] {
-                let mut single = vec![0.0; d_out];
-                matmul_on(isa, &x[r * d_in..][..d_in], &w, &mut single, d_in, d_out);
-                assert_eq!(
-                    bits(&single),
-                    bits(&out[r * d_out..][..d_out]),
-                    "{isa:?} row {r}"
-                );
-            }
-        }
+        let w = blocks(&values(d_in * d_out, 9, 0.2), d_in, d_out).0;
+        every_isa_gives_the_portable_bits_row_by_row(&x, &w, d_in, d_out);
     }
 }
 

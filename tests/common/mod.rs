@@ -4,6 +4,7 @@
 pub mod cli;
 #[cfg(feature = "cuda")]
 pub mod gpu;
+pub mod matmul;
 pub mod server;
 
 use kvlab::cache::{KvStore, PreallocatedCache};
