@@ -107,6 +107,11 @@ guidellm_measure() {
         tail -n 15 "$CACHE/guidellm.log" >&2
         exit 1
     fi
+    # GuideLLM's names are not vllm bench serve's (guidellm/schemas/base/request_stats.py):
+    # its inter_token_latency_ms is per request, (last token - first token) / (tokens - 1),
+    # which vLLM calls TPOT; its time_per_output_token_ms counts the first token's wait
+    # too, (last token - request start) / tokens. They are kept here under GuideLLM's own
+    # meaning (inter_token_ms, tpot_ms); scripts/serving_table.py shows the first as TPOT.
     python3 -c 'import json, sys
 b = json.load(open(sys.argv[1]))["benchmarks"][0]
 m = b["metrics"]

@@ -9,6 +9,10 @@ One row per weight format and number of requests in flight: each server's output
 serve` reports (TTFT, ITL, TPOT, E2EL; p50 and p99 in ms, the mean over rounds), then how
 many requests got the same greedy text from both servers (the first round; `kvlab loadtest`
 records the texts, GuideLLM's lines do not).
+
+GuideLLM measures no ITL in vLLM's sense (every gap between two streamed chunks): what it
+calls inter-token latency is one value per request, (last token - first token) / (tokens -
+1), vLLM's TPOT. Its lines get TTFT, TPOT (p50 and p99) and E2EL columns under vLLM's names.
 """
 import json
 import sys
@@ -37,10 +41,14 @@ def main(path):
     levels = sorted({r["concurrency"] for r in runs})
     lat = lambda rs, key, p: mean([r[key][p] for r in rs])
     texts = "per_request" in runs[0]
+    guidellm = runs[0].get("client", "").startswith("guidellm")
+    latencies = ("TTFT p50 / p99 ms (llama · kvlab) | TPOT p50 / p99 ms (llama · kvlab) | "
+                 if guidellm else
+                 "TTFT p50 / p99 ms (llama · kvlab) | ITL p50 / p99 ms (llama · kvlab) | "
+                 "TPOT p50 ms (llama · kvlab) | ")
     print(f"| weights | in flight | llama-server tok/s | {kvlab_name} tok/s | kvlab / llama | "
-          "TTFT p50 / p99 ms (llama · kvlab) | ITL p50 / p99 ms (llama · kvlab) | "
-          "TPOT p50 ms (llama · kvlab) | E2EL p50 ms (llama · kvlab) |" + (" same text |" if texts else ""))
-    print("|---|---:|---:|---:|---:|---|---|---|---|" + ("---:|" if texts else ""))
+          f"{latencies}E2EL p50 ms (llama · kvlab) |" + (" same text |" if texts else ""))
+    print("|---|---:|---:|---:|---:|" + "---|" * (3 if guidellm else 4) + ("---:|" if texts else ""))
     for dtype in dtypes:
         for n in levels:
             llama, kvlab = by[(dtype, n, False)], by[(dtype, n, True)]
@@ -55,11 +63,12 @@ def main(path):
                 pairs = list(zip(first(llama), first(kvlab)))
                 same = f" {sum(a['text'] == b['text'] for a, b in pairs)}/{len(pairs)} |"
             name = "w8a8 / Q8_0" if dtype == "w8a8" else dtype
+            gaps = (f"{lat(llama, 'inter_token_ms', 'p50'):.1f} · "
+                    f"{lat(kvlab, 'inter_token_ms', 'p50'):.1f} / {both('inter_token_ms', 'p99')} | ")
+            if not guidellm:
+                gaps += f"{lat(llama, 'tpot_ms', 'p50'):.1f} · {lat(kvlab, 'tpot_ms', 'p50'):.1f} | "
             print(f"| {name} | {n} | {span(lt)} | {span(kt)} | {mean(kt) / mean(lt):.2f}x | "
-                  f"{both('ttft_ms', 'p50')} / {both('ttft_ms', 'p99')} | "
-                  f"{lat(llama, 'inter_token_ms', 'p50'):.1f} · {lat(kvlab, 'inter_token_ms', 'p50'):.1f} / "
-                  f"{both('inter_token_ms', 'p99')} | "
-                  f"{lat(llama, 'tpot_ms', 'p50'):.1f} · {lat(kvlab, 'tpot_ms', 'p50'):.1f} | "
+                  f"{both('ttft_ms', 'p50')} / {both('ttft_ms', 'p99')} | {gaps}"
                   f"{both('e2e_ms', 'p50')} |{same}")
     rounds = max(r["round"] for r in runs)
     requests = runs[0]["requests"]
@@ -71,7 +80,9 @@ def main(path):
                 "(first round).")
     else:
         load = (f"{requests} requests per run, {runs[0]['client']} with N concurrent streams "
-                "of synthetic prompts (40 tokens, 32 out)")
+                "of synthetic prompts (40 tokens, 32 out); TPOT is what GuideLLM calls "
+                "inter-token latency, one value per request: (last token - first token) / "
+                "(tokens - 1)")
         same = ""
     print(f"\n{rounds} interleaved rounds, {load}; same machine, same threads, loopback. "
           "A range is the rounds' lowest and highest; latencies are the rounds' mean." + same +
