@@ -19,6 +19,19 @@
 # step 3 out (its records then keep their older commit, and the check says so).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# The pages read their blocks as runs of the fast kernels: W8A8 on AVX-512 VNNI, bf16a on
+# AVX-512 BF16, the f32 chain on AVX-512 (weight-formats.md). On a CPU without them the
+# blocks would show the fallbacks (bf16a's AVX2 emulation is several times slower than
+# bf16), and every sentence about those sections would have to change with them. The
+# deterministic blocks are the same bits on every ISA; the timed ones are not the same story.
+missing=()
+for flag in avx512f avx512_vnni avx512_bf16; do
+    grep -qw "$flag" /proc/cpuinfo 2> /dev/null || missing+=("$flag")
+done
+if [[ ${#missing[@]} -gt 0 && ${ALLOW_ISA:-0} != 1 ]]; then
+    echo "error: this CPU lacks ${missing[*]}, and the book's timed blocks were measured with those kernels (W8A8, bf16a, the f32 chain): regenerate on a CPU that has them (AMD Zen 4, Intel Sapphire Rapids), or ALLOW_ISA=1 to do it anyway and then reread the weight-formats pages against the new blocks" >&2
+    exit 1
+fi
 
 if ! git diff --quiet HEAD -- src build.rs kernels tools Cargo.toml Cargo.lock scripts; then
     echo "error: src/, kernels/, tools/, Cargo.* or scripts/ have uncommitted changes: commit them first, so that the stamps name the code that ran" >&2
