@@ -19,13 +19,14 @@
 # step 3 out (its records then keep their older commit, and the check says so).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# The pages read their blocks as runs of the fast kernels: W8A8 on AVX-512 VNNI, bf16a on
-# AVX-512 BF16, the f32 chain on AVX-512 (weight-formats.md). On a CPU without them the
+# The pages read their blocks as runs of the fast kernels: W8A8 on AVX-512 BW + VNNI, bf16a
+# on AVX-512 BF16, the f32 chain on AVX-512 (weight-formats.md; the flags are the ones
+# src/simd/isa.rs, w8a8_kernels.rs and bf16a_kernels.rs test). On a CPU without them the
 # blocks would show the fallbacks (bf16a's AVX2 emulation is several times slower than
 # bf16), and every sentence about those sections would have to change with them. The
 # deterministic blocks are the same bits on every ISA; the timed ones are not the same story.
 missing=()
-for flag in avx512f avx512_vnni avx512_bf16; do
+for flag in avx512f avx512bw avx512_vnni avx512_bf16; do
     grep -qw "$flag" /proc/cpuinfo 2> /dev/null || missing+=("$flag")
 done
 if [[ ${#missing[@]} -gt 0 && ${ALLOW_ISA:-0} != 1 ]]; then
