@@ -142,8 +142,11 @@ def unmarked_kvlab_blocks(path: Path, lines):
     return problems
 
 
-def process(path: Path, check: bool, binary: Path, stamp: str, modes: dict):
-    """Regenerates or checks the marked blocks of one page. Returns the number of failures."""
+def process(path: Path, check: bool, binary: Path, stamp: str, modes: dict, ran=None):
+    """Regenerates or checks the marked blocks of one page. Returns the number of failures.
+
+    `ran`, in --check: the blocks' results already run (see `run_checked_blocks`), by label;
+    a block it lacks is run here."""
     lines = path.read_text().split("\n")
     out, failures, i, blocks = [], 0, 0, 0
     while i < len(lines):
@@ -176,10 +179,13 @@ def process(path: Path, check: bool, binary: Path, stamp: str, modes: dict):
             continue
 
         label = f"{path.relative_to(ROOT)}:{fence_open + 1}"
-        print(f"  {label} ({mode}): {len(commands)} command(s)", end="", file=sys.stderr, flush=True)
-        started = time.monotonic()
-        results = run_block(commands, binary)
-        print(f", {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+        if ran is not None and label in ran:
+            results, seconds = ran[label]
+        else:
+            started = time.monotonic()
+            results = run_block(commands, binary)
+            seconds = time.monotonic() - started
+        print(f"  {label} ({mode}): {len(commands)} command(s), {seconds:.1f} s", file=sys.stderr, flush=True)
         new_body = []
         for command, output, code in results:
             new_body.append(f"$ {command}")
@@ -214,6 +220,41 @@ def process(path: Path, check: bool, binary: Path, stamp: str, modes: dict):
     return failures, blocks
 
 
+def checked_blocks(path: Path):
+    """(label, commands) of every block of `path` that --check re-runs (not the timed ones)."""
+    lines, blocks = path.read_text().split("\n"), []
+    for i, line in enumerate(lines):
+        match = MARK.match(line)
+        if not match or match.group(1) == "timed" or i + 1 >= len(lines):
+            continue
+        body = []
+        for b in lines[i + 2 :]:
+            if b.strip() == "```":
+                break
+            body.append(b)
+        commands = [b[2:] for b in body if b.startswith("$ ")]
+        blocks.append((f"{path.relative_to(ROOT)}:{i + 2}", commands))
+    return blocks
+
+
+def run_checked_blocks(files, binary: Path, jobs: int):
+    """--check's blocks run `jobs` at a time, each in its own scratch folder: {label:
+    (results, seconds)}. Their outputs do not depend on what else runs (the masked blocks'
+    timings are masked, and the timed blocks are not re-run), so CI may use every core; a
+    regeneration runs the blocks one at a time, as their timings need."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def timed(commands):
+        started = time.monotonic()
+        results = run_block(commands, binary)
+        return results, time.monotonic() - started
+
+    blocks = [b for f in files for b in checked_blocks(f)]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {label: pool.submit(timed, commands) for label, commands in blocks}
+        return {label: future.result() for label, future in futures.items()}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="re-run and compare instead of rewriting")
@@ -233,8 +274,14 @@ def main():
     failures = blocks = 0
     modes = {}
     started = time.monotonic()
+    # --check runs the blocks first, as many at once as there are cores (KVLAB_BOOK_JOBS
+    # overrides), then compares them page by page.
+    ran = None
+    if args.check:
+        jobs = int(os.environ.get("KVLAB_BOOK_JOBS", os.cpu_count() or 1))
+        ran = run_checked_blocks(files, binary, max(1, jobs))
     for path in files:
-        f, b = process(path, args.check, binary, stamp, modes)
+        f, b = process(path, args.check, binary, stamp, modes, ran)
         failures += f
         blocks += b
     verb = "checked" if args.check else "regenerated"
