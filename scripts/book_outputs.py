@@ -142,32 +142,46 @@ def unmarked_kvlab_blocks(path: Path, lines):
     return problems
 
 
+def marked_block(path: Path, lines, i):
+    """The block whose mark is line `i`: (mode, fence_open, fence_close, commands), or None
+    when line `i` is no mark. A mark without its fence, or a fence without its end or
+    without a command, stops the script with the line to mend."""
+    match = MARK.match(lines[i])
+    if not match:
+        return None
+    fence_open = i + 1
+    if fence_open >= len(lines) or not lines[fence_open].startswith("```"):
+        sys.exit(f"{path}:{i + 1}: a kvlab-output mark must sit right above a ``` fence")
+    fence_close = fence_open + 1
+    while fence_close < len(lines) and lines[fence_close].strip() != "```":
+        fence_close += 1
+    if fence_close == len(lines):
+        sys.exit(f"{path}:{fence_open + 1}: unclosed code block")
+    body = lines[fence_open + 1 : fence_close]
+    commands = [line[2:] for line in body if line.startswith("$ ")]
+    if not commands:
+        sys.exit(f"{path}:{fence_open + 1}: a kvlab-output block holds no `$ ` command")
+    return match.group(1), fence_open, fence_close, commands
+
+
+def label_of(path: Path, fence_open: int) -> str:
+    return f"{path.relative_to(ROOT)}:{fence_open + 1}"
+
+
 def process(path: Path, check: bool, binary: Path, stamp: str, modes: dict, ran=None):
     """Regenerates or checks the marked blocks of one page. Returns the number of failures.
 
-    `ran`, in --check: the blocks' results already run (see `run_checked_blocks`), by label;
-    a block it lacks is run here."""
+    `ran`, in --check: every re-run block's results, by label (`run_checked_blocks`)."""
     lines = path.read_text().split("\n")
     out, failures, i, blocks = [], 0, 0, 0
     while i < len(lines):
-        match = MARK.match(lines[i])
-        if not match:
+        block = marked_block(path, lines, i)
+        if block is None:
             out.append(lines[i])
             i += 1
             continue
-        mode = match.group(1)
-        fence_open = i + 1
-        if fence_open >= len(lines) or not lines[fence_open].startswith("```"):
-            sys.exit(f"{path}:{i + 1}: a kvlab-output mark must sit right above a ``` fence")
-        fence_close = fence_open + 1
-        while fence_close < len(lines) and lines[fence_close].strip() != "```":
-            fence_close += 1
-        if fence_close == len(lines):
-            sys.exit(f"{path}:{fence_open + 1}: unclosed code block")
+        mode, fence_open, fence_close, commands = block
         body = lines[fence_open + 1 : fence_close]
-        commands = [line[2:] for line in body if line.startswith("$ ")]
-        if not commands:
-            sys.exit(f"{path}:{fence_open + 1}: a kvlab-output block holds no `$ ` command")
         after = fence_close + 1
         has_stamp = after < len(lines) and lines[after].startswith(STAMP_PREFIX)
         blocks += 1
@@ -178,8 +192,8 @@ def process(path: Path, check: bool, binary: Path, stamp: str, modes: dict, ran=
             i = after + (1 if has_stamp else 0)
             continue
 
-        label = f"{path.relative_to(ROOT)}:{fence_open + 1}"
-        if ran is not None and label in ran:
+        label = label_of(path, fence_open)
+        if ran is not None:
             results, seconds = ran[label]
         else:
             started = time.monotonic()
@@ -222,18 +236,16 @@ def process(path: Path, check: bool, binary: Path, stamp: str, modes: dict, ran=
 
 def checked_blocks(path: Path):
     """(label, commands) of every block of `path` that --check re-runs (not the timed ones)."""
-    lines, blocks = path.read_text().split("\n"), []
-    for i, line in enumerate(lines):
-        match = MARK.match(line)
-        if not match or match.group(1) == "timed" or i + 1 >= len(lines):
+    lines, blocks, i = path.read_text().split("\n"), [], 0
+    while i < len(lines):
+        block = marked_block(path, lines, i)
+        if block is None:
+            i += 1
             continue
-        body = []
-        for b in lines[i + 2 :]:
-            if b.strip() == "```":
-                break
-            body.append(b)
-        commands = [b[2:] for b in body if b.startswith("$ ")]
-        blocks.append((f"{path.relative_to(ROOT)}:{i + 2}", commands))
+        mode, fence_open, fence_close, commands = block
+        if mode != "timed":
+            blocks.append((label_of(path, fence_open), commands))
+        i = fence_close + 1
     return blocks
 
 
@@ -278,8 +290,10 @@ def main():
     # overrides), then compares them page by page.
     ran = None
     if args.check:
-        jobs = int(os.environ.get("KVLAB_BOOK_JOBS", os.cpu_count() or 1))
-        ran = run_checked_blocks(files, binary, max(1, jobs))
+        jobs = os.environ.get("KVLAB_BOOK_JOBS", str(os.cpu_count() or 1))
+        if not jobs.isdigit() or int(jobs) == 0:
+            sys.exit(f"error: KVLAB_BOOK_JOBS={jobs}: give the number of blocks to run at once (1 or more)")
+        ran = run_checked_blocks(files, binary, int(jobs))
     for path in files:
         f, b = process(path, args.check, binary, stamp, modes, ran)
         failures += f
